@@ -1,0 +1,44 @@
+"""Per-round metrics of a global model, as the reference code logs them.
+
+- train_loss / train_acc: over ALL devices' training samples, i.e. the n_k-weighted mean
+  of the local losses (the objective f(w) = sum_k p_k F_k(w));
+- test_loss / test_acc: over all devices' test samples;
+- grad_dissimilarity: FedProx's diagnostic, the plain mean over devices of
+  ||grad F_k(w) - grad f(w)||^2;
+- b_dissimilarity: B(w)^2 = sum_k p_k ||grad F_k(w)||^2 / ||grad f(w)||^2, the quantity of
+  the paper's Theorems 1-3.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .engine import Clients
+
+COLUMNS = ["train_loss", "train_acc", "test_loss", "test_acc", "grad_dissimilarity", "b_dissimilarity"]
+
+
+def _loss_and_accuracy(model, params, clients: Clients) -> tuple[float, float]:
+    x, y = clients.x[:-1], clients.y[:-1]  # drop the padding row
+    logits = model.logits(params, x)
+    loss = F.cross_entropy(logits, y, reduction="sum").item() / max(len(y), 1)
+    acc = (logits.argmax(-1) == y).sum().item() / max(len(y), 1)
+    return loss, acc
+
+
+def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict[str, float]:
+    train_loss, train_acc = _loss_and_accuracy(model, params, train)
+    test_loss, test_acc = _loss_and_accuracy(model, params, test)
+    grads = model.device_grads(params, train.x[:-1], train.y[:-1], train.offsets).flatten(1)
+    p = torch.from_numpy(train.sizes / train.sizes.sum()).to(grads)
+    global_grad = p @ grads
+    global_sq = global_grad.square().sum()
+    return {
+        "train_loss": train_loss,
+        "train_acc": train_acc,
+        "test_loss": test_loss,
+        "test_acc": test_acc,
+        "grad_dissimilarity": (grads - global_grad).square().sum(1).mean().item(),
+        "b_dissimilarity": (p @ grads.square().sum(1) / global_sq).item() if global_sq > 0 else float("nan"),
+    }

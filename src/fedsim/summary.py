@@ -1,0 +1,68 @@
+"""Tables over many runs: the one-row-per-run summary and the choice of FedDANE's mu."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+from .train import read_run
+
+SETTING_COLUMNS = ["dataset", "method", "mu", "clients_per_round", "epochs", "seed", "rounds", "lr",
+                   "batch_size", "selection", "second_subset"]
+RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",
+                  "rounds_completed", "wall_seconds"]
+# A tuning group is every setting but the two being tuned over / averaged over.
+GROUP_COLUMNS = [c for c in SETTING_COLUMNS if c not in ("mu", "seed")]
+
+
+def _run_row(info_path) -> dict:
+    _, record = read_run(info_path)
+    config = record["config"]
+    row = {c: config[c] for c in SETTING_COLUMNS if c in config}
+    row["dataset"] = record["dataset"]["name"]
+    row.update({c: record["result"][c] for c in RESULT_COLUMNS})
+    row["run"] = str(info_path)
+    return row
+
+
+def summarise(info_paths) -> pd.DataFrame:
+    """One row per run; diverged_round stays empty for runs that did not diverge."""
+    frame = pd.DataFrame([_run_row(p) for p in info_paths], columns=[*SETTING_COLUMNS, *RESULT_COLUMNS, "run"])
+    frame["diverged_round"] = frame["diverged_round"].astype("Int64")
+    return frame.sort_values(["dataset", "method", "mu", "clients_per_round", "epochs", "seed"], kind="stable")
+
+
+def tail_loss(metrics: pd.DataFrame, rounds: int, fraction: float) -> float:
+    """Mean training loss over the last `fraction` of the rounds; inf if the run diverged."""
+    first = rounds - max(1, math.ceil(fraction * rounds)) + 1
+    if not np.isfinite(metrics["train_loss"]).all() or metrics["round"].iloc[-1] < rounds:
+        return math.inf
+    return float(metrics.loc[metrics["round"] >= first, "train_loss"].mean())
+
+
+def tune(info_paths, method: str, fraction: float) -> pd.DataFrame:
+    """For each setting of `method`, the mu whose runs reach the lowest tail loss (mean over seeds)."""
+    rows = []
+    for path in info_paths:
+        metrics, record = read_run(path)
+        config = record["config"]
+        if config["method"] != method:
+            continue
+        rows.append({**{c: config[c] for c in GROUP_COLUMNS if c in config},
+                     "dataset": record["dataset"]["name"], "mu": config["mu"],
+                     "score": tail_loss(metrics, config["rounds"], fraction)})
+    if not rows:
+        raise ValueError(f"no runs of method {method!r} to tune")
+    scores = pd.DataFrame(rows).groupby([*GROUP_COLUMNS, "mu"], as_index=False)["score"].mean()
+    criterion = f"lowest mean train_loss over the last {fraction:g} of rounds, mean over seeds; diverged = inf"
+    table = []
+    for key, group in scores.groupby(GROUP_COLUMNS, sort=False):
+        group = group.sort_values("mu")
+        best = group.iloc[int(np.argmin(group["score"].to_numpy()))]  # ties: the smallest mu
+        table.append({**dict(zip(GROUP_COLUMNS, key)),
+                      "candidates": ";".join(f"{m:g}" for m in group["mu"]),
+                      "scores": ";".join(f"{s:.6g}" for s in group["score"]),
+                      "chosen_mu": best["mu"], "score": best["score"], "criterion": criterion})
+    return pd.DataFrame(table)
