@@ -1,0 +1,59 @@
+"""A hand computation of local SGD on a tiny problem, shared by the methods' tests."""
+
+import numpy as np
+import torch
+
+from fedsim.engine import ENGINES, SGDSettings
+from fedsim.methods import RoundContext
+
+from tiny import tiny_clients, tiny_params
+
+LR = 0.1
+
+
+def numpy_grad(w, x, y, classes):
+    """X^T (softmax(X w) - onehot(y)) / n, written out in numpy."""
+    logits = x @ w
+    p = np.exp(logits - logits.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(len(y)), y] -= 1
+    return x.T @ p / len(y)
+
+
+def hand_local_sgd(w0, x, y, classes, epochs, mu=0.0, correction=0.0):
+    """Full-batch steps (batch_size >= n): w <- w - lr (grad F(w) + c + mu (w - w0))."""
+    w = w0.copy()
+    for _ in range(epochs):
+        w = w - LR * (numpy_grad(w, x, y, classes) + correction + mu * (w - w0))
+    return w
+
+
+def context(model, clients, params, solvers, gradient_devices=None, weighting="samples"):
+    gradient_devices = solvers if gradient_devices is None else gradient_devices
+
+    def device_grads(devices):
+        x, y, offsets = clients.subset(devices)
+        return model.device_grads(params, x, y, offsets)
+
+    def weights(devices):
+        n = torch.as_tensor(clients.sizes[devices], dtype=params.dtype)
+        return n / n.sum() if weighting == "samples" else torch.full_like(n, 1 / len(n))
+
+    return RoundContext(round=0, params=params, solvers=np.asarray(solvers),
+                        gradient_devices=np.asarray(gradient_devices), device_grads=device_grads, weights=weights)
+
+
+def local_models(method, mu, solvers, gradient_devices=None, epochs=3, engine="batched"):
+    """Run `method`'s local problem through an engine; return everything a test compares."""
+    model, clients = tiny_clients()
+    params = tiny_params(model)
+    ctx = context(model, clients, params, solvers, gradient_devices)
+    problem = method.local_problem(ctx, mu)
+    settings = SGDSettings(lr=LR, epochs=epochs, batch_size=1000, seed=0)  # one full batch per epoch
+    models = ENGINES[engine](model, params, problem, clients, np.asarray(solvers), settings, 0)
+    return model, clients, params, ctx, problem, models
+
+
+def device_arrays(clients, device):
+    x, y, _ = clients.subset([device])
+    return x.numpy(), y.numpy()

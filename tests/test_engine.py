@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+import torch
+
+from fedsim.engine import SGDSettings, batch_plan, local_sgd_batched, local_sgd_loop
+from fedsim.methods import LocalProblem
+
+from tiny import SIZES, tiny_clients, tiny_params
+
+
+def test_batch_plan_visits_every_sample_once_per_epoch():
+    settings = SGDSettings(lr=0.1, epochs=3, batch_size=4, seed=5)
+    plan = batch_plan(10, settings, round_=2, device=7)
+    assert plan.shape == (3 * 3, 4)  # ceil(10/4) = 3 batches per epoch
+    for epoch in plan.reshape(3, -1):
+        assert sorted(epoch[epoch >= 0]) == list(range(10))
+    assert (plan[:, :2] >= 0).all() and (plan[2::3, 2:] == -1).all()  # the remainder batch is partial
+    assert not np.array_equal(plan[:3], plan[3:6])  # a fresh shuffle every epoch
+    np.testing.assert_array_equal(plan, batch_plan(10, settings, round_=2, device=7))
+    assert not np.array_equal(plan, batch_plan(10, settings, round_=3, device=7))
+
+
+def whole_round(dtype, devices, batch_size=4, mu=0.2, chunk_steps=256):
+    model, clients = tiny_clients(dtype=dtype)
+    params = tiny_params(model, dtype=dtype)
+    correction = 0.05 * torch.randn(len(devices), *params.shape, generator=torch.Generator().manual_seed(3),
+                                    dtype=torch.float64).to(dtype)
+    problem = LocalProblem(mu=mu, correction=correction)
+    settings = SGDSettings(lr=0.05, epochs=5, batch_size=batch_size, seed=11)
+    batched = local_sgd_batched(model, params, problem, clients, devices, settings, 4, chunk_steps=chunk_steps)
+    loop = local_sgd_loop(model, params, problem, clients, devices, settings, 4)
+    return batched, loop, params
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 10, 200])
+def test_batched_engine_equals_per_device_loop(batch_size):
+    """A whole round on ragged devices (1 to 95 samples), proximal and correction terms on."""
+    devices = np.arange(len(SIZES))
+    batched, loop, params = whole_round(torch.float64, devices, batch_size)
+    assert batched.shape == (len(devices), *params.shape)
+    assert (batched != params).any(dim=(1, 2)).all()  # every device moved
+    torch.testing.assert_close(batched, loop, rtol=0, atol=1e-6)
+
+
+def test_batched_engine_keeps_the_callers_device_order_and_chunks():
+    devices = np.array([4, 0, 3, 1])  # not sorted by size: the engine reorders internally
+    batched, loop, _ = whole_round(torch.float64, devices, chunk_steps=3)
+    torch.testing.assert_close(batched, loop, rtol=0, atol=1e-6)
+
+
+def test_float32_engines_agree_to_rounding():
+    batched, loop, _ = whole_round(torch.float32, np.arange(len(SIZES)))
+    torch.testing.assert_close(batched, loop, rtol=1e-4, atol=1e-5)

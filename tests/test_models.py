@@ -1,0 +1,49 @@
+import torch
+
+from tiny import tiny_clients, tiny_params
+
+
+def finite_difference_grad(f, params, eps=1e-6):
+    grad = torch.zeros_like(params)
+    for i in range(params.numel()):
+        step = torch.zeros_like(params).view(-1)
+        step[i] = eps
+        step = step.view_as(params)
+        grad.view(-1)[i] = (f(params + step) - f(params - step)) / (2 * eps)
+    return grad
+
+
+def test_mclr_gradients_match_finite_differences():
+    model, clients = tiny_clients()
+    params = tiny_params(model)
+    x, y, offsets = clients.subset([4])  # the 95-sample device
+    numeric = finite_difference_grad(lambda p: model.loss(p, x, y).item(), params)
+
+    w = params.clone().requires_grad_(True)
+    (autograd,) = torch.autograd.grad(model.loss(w, x, y), w)
+    closed_form = model.device_grads(params, x, y, offsets)[0]
+
+    torch.testing.assert_close(autograd, numeric, rtol=1e-6, atol=1e-8)
+    torch.testing.assert_close(closed_form, numeric, rtol=1e-6, atol=1e-8)
+
+
+def test_device_grads_are_per_device():
+    model, clients = tiny_clients()
+    params = tiny_params(model)
+    x, y, offsets = clients.subset([4, 1, 2])
+    stacked = model.device_grads(params, x, y, offsets)
+    for j, device in enumerate([4, 1, 2]):
+        xk, yk, _ = clients.subset([device])
+        w = params.clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad(model.loss(w, xk, yk), w)
+        torch.testing.assert_close(stacked[j], expected)
+
+
+def test_init_is_glorot_uniform_with_zero_bias():
+    model, _ = tiny_clients(features=200, classes=50)
+    params = tiny_params(model)
+    limit = (6 / 250) ** 0.5
+    assert params.shape == (201, 50)
+    assert torch.all(params[-1] == 0)
+    assert params[:-1].abs().max() <= limit
+    assert abs(params[:-1].std().item() - limit / 3**0.5) < 0.02 * limit  # uniform(-l, l) has std l/sqrt(3)

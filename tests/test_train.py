@@ -1,0 +1,105 @@
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedsim.train import RunConfig, read_run, run, select_devices, write_run
+
+from tiny import tiny_dataset
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("data") / "tiny.h5")
+
+
+def config(data, **kw):
+    base = dict(data=data, method="fedavg", clients_per_round=3, epochs=2, batch_size=5, lr=0.05, rounds=4)
+    return RunConfig(**{**base, **kw})
+
+
+def test_run_records_every_round_from_the_initial_model(data):
+    metrics, record = run(config(data))
+    assert list(metrics["round"]) == [0, 1, 2, 3, 4]
+    assert metrics["train_loss"].iloc[-1] < metrics["train_loss"].iloc[0]
+    assert metrics[["train_acc", "test_acc"]].apply(lambda c: c.between(0, 1)).all().all()
+    assert record["result"]["diverged_round"] is None
+    assert record["result"]["final_train_loss"] == metrics["train_loss"].iloc[-1]
+    assert record["config"]["method"] == "fedavg" and record["dataset"]["name"] == "tiny"
+
+
+def test_run_is_a_pure_function_of_config_and_seed(data):
+    a, _ = run(config(data, method="feddane", mu=0.1, seed=3))
+    b, _ = run(config(data, method="feddane", mu=0.1, seed=3))
+    c, _ = run(config(data, method="feddane", mu=0.1, seed=4))
+    pd.testing.assert_frame_equal(a, b)
+    assert not a["train_loss"].equals(c["train_loss"])
+
+
+def test_fedprox_with_mu_zero_is_fedavg_bit_for_bit(data):
+    avg, _ = run(config(data))
+    prox, _ = run(config(data, method="fedprox", mu=0.0))
+    pd.testing.assert_frame_equal(avg, prox)
+
+
+def test_batched_and_loop_engines_give_the_same_run(data):
+    batched, _ = run(config(data, method="feddane", mu=0.1, dtype="float64"))
+    loop, _ = run(config(data, method="feddane", mu=0.1, dtype="float64", engine="loop"))
+    np.testing.assert_allclose(batched["train_loss"], loop["train_loss"], rtol=1e-9)
+
+
+def test_feddane_same_subset_differs_from_independent(data):
+    same, r1 = run(config(data, method="feddane", mu=0.1, second_subset="same"))
+    indep, r2 = run(config(data, method="feddane", mu=0.1, second_subset="independent"))
+    assert r1["config"]["second_subset"] == "same" and r2["config"]["second_subset"] == "independent"
+    assert not same["train_loss"].equals(indep["train_loss"])
+    assert (same["communication_rounds"] == 2 * same["round"]).all()
+
+
+def test_selection_is_paired_across_methods_and_seeded():
+    sizes = np.array([5, 50, 500, 5, 50, 500, 7, 8])
+    first = select_devices(0, 7, 10, 3, sizes, "uniform")
+    assert len(set(first)) == 3
+    np.testing.assert_array_equal(first, select_devices(0, 7, 10, 3, sizes, "uniform"))
+    rounds = {tuple(select_devices(0, t, 10, 3, sizes, "uniform")) for t in range(20)}
+    assert len(rounds) > 5
+
+
+def test_weighted_selection_follows_sample_counts():
+    sizes = np.array([1, 1, 1, 997])
+    draws = np.concatenate([select_devices(0, t, 10, 5, sizes, "weighted") for t in range(200)])
+    assert (draws == 3).mean() > 0.95  # with replacement, probability p_k = n_k / n
+
+
+def test_divergence_stops_cleanly_and_keeps_the_metrics(data, tmp_path):
+    metrics, record = run(config(data, method="feddane", mu=0.0, lr=1e38, rounds=10))
+    stop = record["result"]["diverged_round"]
+    assert stop is not None and 1 <= stop <= 10
+    assert list(metrics["round"]) == list(range(stop + 1))
+    assert not math.isfinite(metrics["train_loss"].iloc[-1])
+    assert math.isfinite(metrics["train_loss"].iloc[0])
+    write_run(metrics, record, tmp_path / "m.csv", tmp_path / "run.json")
+    again, saved = read_run(tmp_path / "run.json")
+    assert saved["result"]["diverged_round"] == stop and len(again) == stop + 1
+
+
+@pytest.mark.parametrize("field,value", [("clients_per_round", 0), ("lr", -1.0), ("selection", "random"),
+                                         ("method", "scaffold"), ("mu", float("nan"))])
+def test_bad_settings_are_named(data, field, value):
+    with pytest.raises(ValueError, match=field if field != "method" else "scaffold"):
+        run(config(data, **{field: value}))
+
+
+def test_missing_dataset_is_named(tmp_path):
+    with pytest.raises(ValueError, match="nothere.h5"):
+        run(config(str(tmp_path / "nothere.h5")))
+
+
+def test_write_run_is_complete_json(data, tmp_path):
+    metrics, record = run(config(data, rounds=1))
+    write_run(metrics, record, tmp_path / "m.csv", tmp_path / "run.json")
+    saved = json.loads((tmp_path / "run.json").read_text())
+    assert saved["metrics_file"] == "m.csv" and "wall_seconds" in saved["result"]
+    assert not list(tmp_path.glob(".*tmp"))
