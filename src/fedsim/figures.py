@@ -22,14 +22,24 @@ LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddane": "FedDANE"}
 COLORS = {"fedavg": "tab:blue", "fedprox": "tab:green", "feddane": "tab:red"}
 
 
+def _provenance(record: dict) -> dict:
+    prov = record["dataset"].get("provenance") or {}
+    return json.loads(prov) if isinstance(prov, str) else prov
+
+
 def dataset_title(record: dict) -> str:
-    dataset = record["dataset"]
-    prov = dataset.get("provenance") or {}
-    if isinstance(prov, str):
-        prov = json.loads(prov)
-    if dataset.get("kind") == "synthetic" and prov:
+    prov = _provenance(record)
+    if record["dataset"].get("kind") == "synthetic" and prov:
         return "Synthetic IID" if prov.get("iid") else f"Synthetic ({prov['alpha']:g},{prov['beta']:g})"
-    return dataset["name"]
+    return record["dataset"]["name"]
+
+
+def panel_order(record: dict) -> tuple:
+    """The paper's order: synthetic sets by rising heterogeneity (IID first), then the rest."""
+    prov = _provenance(record)
+    if record["dataset"].get("kind") == "synthetic" and prov:
+        return (0, not prov.get("iid"), prov.get("alpha", 0), prov.get("beta", 0), record["dataset"]["name"])
+    return (1, False, 0, 0, record["dataset"]["name"])
 
 
 def load_runs(info_paths) -> list[tuple[pd.DataFrame, dict]]:
@@ -54,7 +64,8 @@ def _curve(ax, runs, column: str, label: str, color: str) -> None:
 def figure1(info_paths, tuned: pd.DataFrame, out, column: str = "train_loss") -> None:
     """Training loss vs rounds of FedAvg, FedProx and FedDANE (tuned mu), one panel per dataset."""
     runs = load_runs(info_paths)
-    datasets = list(dict.fromkeys(r["dataset"]["name"] for _, r in runs))
+    first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
+    datasets = sorted(first, key=lambda name: panel_order(first[name]))
     fig, axes = plt.subplots(1, len(datasets), figsize=(3.6 * len(datasets), 3.2), squeeze=False)
     for ax, name in zip(axes[0], datasets):
         mine = [(m, r) for m, r in runs if r["dataset"]["name"] == name]

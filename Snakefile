@@ -1,0 +1,30 @@
+# Reproduces "FedDANE: A Federated Newton-Type Method" (Li et al., 2019) with fedsim.
+#   snakemake --cores 4            # the default run: config/config.yaml
+#   snakemake --report report.html # after a run: figures and tables with captions
+# The rules live in workflow/rules/; every path is built in workflow/rules/common.smk.
+
+from snakemake.utils import min_version
+
+min_version("8.20")
+
+
+configfile: "config/config.yaml"
+
+
+# Helpers; validates the config against workflow/schemas/config.schema.yaml (one-line
+# error naming the bad key) and fills in the schema's defaults.
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/summary.smk"
+include: "workflow/rules/figures.smk"
+
+
+report: "workflow/report/workflow.rst"
+
+
+rule all:
+    """Every table and figure of the configured experiments."""
+    input:
+        final_targets(),
+    default_target: True

@@ -1,0 +1,358 @@
+"""The Snakemake workflow: lint, the default DAG (dry run), config validation, and a tiny
+real run end to end with incremental reruns.
+
+Every Snakemake call runs in a temporary copy of Snakefile, workflow/ and config/ (so the
+repository's results/ and .snakemake/ are never touched), with PYTHONPATH pointing at the
+repository's src/ so no `pip install -e .` is needed.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+SRC = REPO / "src"
+
+pytestmark = pytest.mark.workflow
+
+
+def env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    return env
+
+
+def snakemake(workdir, *args, timeout=600):
+    """Run snakemake in `workdir`; returns (exit code, stdout + stderr)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakemake", *args],
+        cwd=workdir,
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=timeout,
+    )
+    return proc.returncode, proc.stdout
+
+
+def job_counts(output):
+    """The 'Job stats' table of a (dry) run as {rule: count}."""
+    counts = {}
+    lines = output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
+    for line in lines[start + 3 :]:
+        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
+        if not match:
+            break
+        counts[match[1]] = int(match[2])
+    return counts
+
+
+def copy_workflow(dest, with_src=False):
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
+    for folder in ("workflow", "config"):
+        shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    if with_src:
+        # Only so that the rules' code inputs exist in the copy; the jobs still import the
+        # package from the repository's src/ (PYTHONPATH).
+        shutil.copytree(SRC, dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def default_config():
+    with open(REPO / "config" / "config.yaml") as handle:
+        return yaml.safe_load(handle)
+
+
+def write_config(workdir, cfg):
+    with open(workdir / "config" / "config.yaml", "w") as handle:
+        yaml.safe_dump(cfg, handle, sort_keys=False)
+
+
+# ---------------------------------------------------------------------------------------
+# Lint and the default DAG
+# ---------------------------------------------------------------------------------------
+
+
+def test_lint_is_clean():
+    code, out = snakemake(REPO, "--lint")
+    assert code == 0, out
+    assert "Lints for" not in out
+
+
+def test_default_dag_dry_run(tmp_path):
+    workdir = copy_workflow(tmp_path / "wf")
+    code, out = snakemake(workdir, "--dry-run", "--printshellcmds", "--cores", "4")
+    assert code == 0, out
+    assert job_counts(out) == {
+        "generate_synthetic": 4,
+        "train": 4 * (1 + 1 + 5),
+        "tune": 1,
+        "summarise": 1,
+        "figure": 1,
+        "all": 1,
+        "total": 36,
+    }
+    # paths: canonical mu text, one folder per run
+    for expected in (
+        "results/datasets/synthetic_0.5_0.5.h5",
+        "results/runs/synthetic_iid/fedavg/mu0_K10_E20_seed0/metrics.csv",
+        "results/runs/synthetic_0_0/fedprox/mu1_K10_E20_seed0/run.json",
+        "results/runs/synthetic_1_1/feddane/mu0.001_K10_E20_seed0/run.json",
+        "results/summary/runs.csv",
+        "results/summary/tuned_mu.csv",
+        "results/figures/figure1.pdf",
+        "results/figures/figure1.png",
+    ):
+        assert expected in out, expected
+    # the paper's hyper-parameters reach the package CLI
+    assert re.search(
+        r"python -m fedsim train --data results/datasets/synthetic_iid\.h5 --method fedprox"
+        r" --mu 1 --clients-per-round 10 --epochs 20 --batch-size 10 --lr 0\.01 --rounds 200"
+        r" --seed 0 --selection uniform --second-subset independent",
+        out,
+    ), out
+
+
+def test_mu_paths_are_canonical(tmp_path):
+    """0.0, 1.0e-3 and 1.0 in the config give the same paths as 0, 0.001 and 1."""
+    workdir = copy_workflow(tmp_path / "wf")
+    cfg = default_config()
+    cfg["tuning"]["mu_grid"] = [0.0, 1.0e-3, 1.0]
+    cfg["datasets"]["synthetic_iid"]["fedprox_mu"] = 1.0
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--dry-run", "--cores", "1")
+    assert code == 0, out
+    runs = set(re.findall(r"results/runs/synthetic_iid/(\w+)/(mu[^_]+)_K10_E20_seed0/run\.json", out))
+    assert runs == {
+        ("fedavg", "mu0"),
+        ("fedprox", "mu1"),
+        ("feddane", "mu0"),
+        ("feddane", "mu0.001"),
+        ("feddane", "mu1"),
+    }
+
+
+def test_shared_runs_are_trained_once(tmp_path):
+    """An experiment that repeats another's settings adds no training job."""
+    workdir = copy_workflow(tmp_path / "wf")
+    cfg = default_config()
+    cfg["experiments"]["again"] = dict(cfg["experiments"]["figure1"], datasets=["synthetic_iid"])
+    del cfg["experiments"]["again"]["figure"]
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--dry-run", "--cores", "1")
+    assert code == 0, out
+    assert job_counts(out)["train"] == 28
+
+
+# ---------------------------------------------------------------------------------------
+# Config validation: one line naming the key, nothing runs
+# ---------------------------------------------------------------------------------------
+
+
+def _unknown_key(cfg):
+    cfg["simulator"]["colour"] = "blue"
+
+
+def _negative_k(cfg):
+    cfg["experiments"]["figure1"]["clients_per_round"] = -3
+
+
+def _bad_method(cfg):
+    cfg["experiments"]["figure1"]["methods"] = ["fedavg", "fedsgd"]
+
+
+def _unknown_dataset(cfg):
+    cfg["experiments"]["figure1"]["datasets"].append("synthetic_2_2")
+
+
+def _too_many_clients(cfg):
+    cfg["experiments"]["figure1"]["clients_per_round"] = [10, 31]
+
+
+def _missing_key(cfg):
+    del cfg["datasets"]["synthetic_0_0"]["lr"]
+
+
+def _number_as_text(cfg):
+    cfg["tuning"]["fraction"] = "1e-1"
+
+
+@pytest.mark.parametrize(
+    "change, key_path, problem",
+    [
+        (_unknown_key, "simulator.colour", "unknown key"),
+        (_negative_k, "experiments.figure1.clients_per_round", "-3 is less than the minimum of 1"),
+        (_bad_method, "experiments.figure1.methods[1]", "'fedsgd' is not one of"),
+        (_unknown_dataset, "experiments.figure1.datasets[4]", "unknown dataset 'synthetic_2_2'"),
+        (_too_many_clients, "experiments.figure1.clients_per_round", "31 is more than the 30 devices"),
+        (_missing_key, "datasets.synthetic_0_0.lr", "required key is missing"),
+        (_number_as_text, "tuning.fraction", "is not of type 'number'"),
+    ],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else None,
+)
+def test_bad_config_is_rejected(tmp_path, change, key_path, problem):
+    workdir = copy_workflow(tmp_path / "wf")
+    cfg = default_config()
+    change(cfg)
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--cores", "1")
+    assert code != 0, out
+    errors = [line for line in out.splitlines() if line.startswith("Config error at ")]
+    assert len(errors) == 1, out
+    assert errors[0].startswith(f"Config error at {key_path}: "), out
+    assert problem in errors[0], out
+    assert not (workdir / "results").exists()
+    assert not (workdir / "logs").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# A tiny real run, end to end, then what a change reruns
+# ---------------------------------------------------------------------------------------
+
+
+def cli_available():
+    proc = subprocess.run(
+        [sys.executable, "-c", "import fedsim.cli"],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    return proc.returncode == 0, proc.stdout.strip().splitlines()[-1:] or [""]
+
+
+needs_cli = pytest.mark.skipif(
+    not cli_available()[0],
+    reason=f"the package CLI (fedsim.cli) is not importable from src/: {cli_available()[1][0]}",
+)
+
+TINY_DATASETS = ["synthetic_iid", "synthetic_1_1"]
+TINY_METHODS = ["fedavg", "fedprox", "feddane"]
+TINY_GRID = [0, 1]
+
+
+def tiny_config():
+    cfg = default_config()
+    cfg["synthetic"]["devices"] = 8
+    cfg["datasets"] = {name: dict(cfg["datasets"][name], rounds=5) for name in TINY_DATASETS}
+    cfg["tuning"]["mu_grid"] = TINY_GRID
+    cfg["experiments"] = {
+        "figure1": {
+            "figure": "figure1",
+            "datasets": TINY_DATASETS,
+            "methods": TINY_METHODS,
+            "clients_per_round": 3,
+            "epochs": 1,
+            "seeds": [0],
+        }
+    }
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    workdir = copy_workflow(tmp_path_factory.mktemp("tiny") / "wf", with_src=True)
+    write_config(workdir, tiny_config())
+    code, out = snakemake(workdir, "--cores", "2")
+    assert code == 0, out
+    return workdir
+
+
+@needs_cli
+def test_tiny_real_run(tiny_run):
+    results = tiny_run / "results"
+    for name in TINY_DATASETS:
+        assert (results / "datasets" / f"{name}.h5").is_file()
+    with open(results / "summary" / "runs.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    runs_per_dataset = 1 + 1 + len(TINY_GRID)
+    assert len(rows) == len(TINY_DATASETS) * runs_per_dataset
+    for column in ("dataset", "method", "mu", "clients_per_round", "epochs", "seed", "final_train_loss"):
+        assert column in rows[0], column
+    assert {(r["dataset"], r["method"]) for r in rows} == {
+        (d, m) for d in TINY_DATASETS for m in TINY_METHODS
+    }
+    assert {r["clients_per_round"] for r in rows} == {"3"}
+    assert {r["epochs"] for r in rows} == {"1"}
+    assert (results / "summary" / "tuned_mu.csv").is_file()
+    with open(results / "summary" / "tuned_mu.csv", newline="") as handle:
+        assert len(list(csv.DictReader(handle))) == len(TINY_DATASETS)
+    assert (results / "figures" / "figure1.png").stat().st_size > 0
+    assert (results / "figures" / "figure1.pdf").stat().st_size > 0
+    for name in TINY_DATASETS:
+        run = results / "runs" / name / "feddane" / "mu1_K3_E1_seed0"
+        assert (run / "metrics.csv").is_file() and (run / "run.json").is_file()
+    assert (tiny_run / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K3_E1_seed0.log").is_file()
+    assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K3_E1_seed0.tsv").is_file()
+    # up to date afterwards
+    code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
+    assert code == 0 and "Nothing to be done" in out, out
+    # the report collects the figure and the two tables
+    code, out = snakemake(tiny_run, "--report", "report.html")
+    assert code == 0, out
+    assert (tiny_run / "report.html").stat().st_size > 0
+    for name in ("figure1.png", "runs.csv", "tuned_mu.csv"):
+        assert f"Adding {name}" in out, out
+
+
+@needs_cli
+def test_changing_the_grid_reruns_only_new_runs(tiny_run, tmp_path):
+    cfg = tiny_config()
+    cfg["tuning"]["mu_grid"] = [0, 0.5, 1]
+    other = tmp_path / "config.yaml"
+    other.write_text(yaml.safe_dump(cfg))
+    code, out = snakemake(tiny_run, "--dry-run", "--cores", "1", "--configfile", str(other))
+    assert code == 0, out
+    counts = job_counts(out)
+    assert counts["train"] == len(TINY_DATASETS)  # FedDANE at mu = 0.5 only
+    assert "generate_synthetic" not in counts
+    assert "mu0.5_K3_E1_seed0" in out
+
+
+@needs_cli
+def test_changing_a_method_setting_reruns_its_runs(tiny_run, tmp_path):
+    cfg = tiny_config()
+    cfg["datasets"]["synthetic_1_1"]["lr"] = 0.02
+    other = tmp_path / "config.yaml"
+    other.write_text(yaml.safe_dump(cfg))
+    code, out = snakemake(tiny_run, "--dry-run", "--cores", "1", "--configfile", str(other))
+    assert code == 0, out
+    assert job_counts(out)["train"] == 1 + 1 + len(TINY_GRID)  # every run of that dataset
+    assert "generate_synthetic" not in job_counts(out)
+
+
+@needs_cli
+def test_code_changes_rerun_what_they_touch(tiny_run):
+    code_dir = tiny_run / "src" / "fedsim"
+    # a new mtime without a new content reruns nothing (Snakemake compares checksums)
+    for path in code_dir.rglob("*.py"):
+        path.touch()
+    code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
+    assert code == 0 and "Nothing to be done" in out, out
+    # editing FedDANE's file reruns the FedDANE runs only (and what depends on them)
+    feddane = code_dir / "methods" / "feddane.py"
+    if not feddane.is_file():
+        pytest.skip("the package has no methods/feddane.py")
+    original = feddane.read_text()
+    try:
+        feddane.write_text(original + "\n# edited by the workflow test\n")
+        code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
+        assert code == 0, out
+        counts = job_counts(out)
+        assert counts["train"] == len(TINY_DATASETS) * len(TINY_GRID)
+        assert "generate_synthetic" not in counts
+        assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
+    finally:
+        feddane.write_text(original)

@@ -1,0 +1,57 @@
+# Tables: FedDANE's tuned mu, and one row per training run.
+
+
+rule tune:
+    """Pick the tuned method's mu by its mean training loss over the last rounds, per setting."""
+    input:
+        runs=info_paths(tuning_runs()),
+        metrics=metrics_paths(tuning_runs()),
+        code=package_code(SUMMARY_CODE),
+    output:
+        report(
+            summary_path("tuned_mu.csv"),
+            caption="../report/tuned_mu.rst",
+            category="Tables",
+        ),
+    params:
+        method=config["tuning"]["method"],
+        fraction=config["tuning"]["fraction"],
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=1024,
+        runtime=10,
+    log:
+        log_path("tune", "tuned_mu"),
+    benchmark:
+        benchmark_path("tune", "tuned_mu")
+    shell:
+        "python -m fedsim tune --method {params.method} --fraction {params.fraction}"
+        " --out {output} {input.runs} > {log} 2>&1"
+
+
+rule summarise:
+    """One row per training run (settings, final metrics, divergence) in one table."""
+    input:
+        runs=info_paths(all_runs()),
+        metrics=metrics_paths(all_runs()),
+        code=package_code(SUMMARY_CODE),
+    output:
+        report(
+            summary_path("runs.csv"),
+            caption="../report/runs.rst",
+            category="Tables",
+        ),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=1024,
+        runtime=10,
+    log:
+        log_path("summarise", "runs"),
+    benchmark:
+        benchmark_path("summarise", "runs")
+    shell:
+        "python -m fedsim summarise --out {output} {input.runs} > {log} 2>&1"

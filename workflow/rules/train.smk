@@ -1,0 +1,41 @@
+# Training: one job per (dataset, method, mu, K, E, seed).
+# lr, batch size, rounds, selection, second subset and device are params: changing one
+# of them reruns the runs it touches. Threads are not: a CPU run gives the same result
+# whatever its thread count.
+
+
+rule train:
+    """Train one federated run and write its per-round metrics and run record."""
+    input:
+        data=dataset_path(),
+        code=lambda wildcards: train_code(wildcards.method),
+    output:
+        metrics=metrics_path(),
+        info=info_path(),
+    params:
+        lr=lambda wildcards: dataset_cfg(wildcards.dataset)["lr"],
+        batch_size=lambda wildcards: dataset_cfg(wildcards.dataset)["batch_size"],
+        rounds=lambda wildcards: dataset_cfg(wildcards.dataset)["rounds"],
+        selection=config["simulator"]["selection"],
+        second_subset=config["simulator"]["second_subset"],
+        device=config["simulator"]["device"],
+    conda:
+        "../envs/fedsim.yaml"
+    threads: config["simulator"]["threads"]
+    resources:
+        mem_mb=lambda wildcards: train_mem_mb(wildcards.dataset),
+        runtime=lambda wildcards: train_runtime(wildcards.dataset, wildcards.E),
+        gpu=1 if config["simulator"]["device"] == "cuda" else 0,
+    log:
+        log_path("train", run_stem()),
+    benchmark:
+        benchmark_path("train", run_stem())
+    shell:
+        "python -m fedsim train --data {input.data}"
+        " --method {wildcards.method} --mu {wildcards.mu}"
+        " --clients-per-round {wildcards.K} --epochs {wildcards.E}"
+        " --batch-size {params.batch_size} --lr {params.lr} --rounds {params.rounds}"
+        " --seed {wildcards.seed} --selection {params.selection}"
+        " --second-subset {params.second_subset}"
+        " --device {params.device} --threads {threads}"
+        " --metrics {output.metrics} --info {output.info} > {log} 2>&1"
