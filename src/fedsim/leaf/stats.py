@@ -1,0 +1,37 @@
+"""Per-dataset statistics as in the papers' dataset tables (LEAF's stats.py: np.mean, np.std)."""
+
+import numpy as np
+import pandas as pd
+
+from ..atomic import write_csv
+from ..data import FederatedDataset
+
+COLUMNS = ["dataset", "kind", "devices", "samples", "train_samples", "test_samples", "mean", "stdev", "min", "max"]
+
+# The FedProx/FedDANE paper's Table (devices, samples, mean, stdev per device), for comparison
+PAPER_TABLE = {
+    "femnist": dict(devices=200, samples=18345, mean=92, stdev=159),
+    "sent140": dict(devices=772, samples=40783, mean=53, stdev=32),
+    "shakespeare": dict(devices=143, samples=517106, mean=3616, stdev=6808),
+}
+
+
+def dataset_stats(path):
+    """Devices, samples (train + test) and samples per device (mean, population stdev) of one file."""
+    with FederatedDataset(path) as ds:
+        n = ds.train_sizes + ds.test_sizes
+        return dict(dataset=ds.name, kind=ds.kind, devices=ds.num_devices, samples=int(n.sum()),
+                    train_samples=int(ds.train_sizes.sum()), test_samples=int(ds.test_sizes.sum()),
+                    mean=float(n.mean()) if len(n) else 0.0, stdev=float(np.std(n)) if len(n) else 0.0,
+                    min=int(n.min()) if len(n) else 0, max=int(n.max()) if len(n) else 0)
+
+
+def datasets_table(paths):
+    return pd.DataFrame([dataset_stats(p) for p in paths], columns=COLUMNS)
+
+
+def write_datasets_csv(paths, out_path):
+    """results/summary/datasets.csv: one row per dataset file, written atomically."""
+    table = datasets_table(paths)
+    write_csv(out_path, table)
+    return table

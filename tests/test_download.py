@@ -1,0 +1,203 @@
+"""fedsim.download end to end against a loopback HTTP server this test starts (127.0.0.1, a thread,
+shut down after each test): success, checksum mismatch, interrupted transfers, mirror and local copies;
+then the served raw files (real layouts, made in test_leaf) through the LEAF builders."""
+
+import hashlib
+import http.server
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fedsim import download
+from fedsim.data import FederatedDataset
+from fedsim.leaf import femnist, sent140, shakespeare
+from test_leaf import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip
+
+
+class Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self):
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.files = {}      # path -> bytes
+        self.truncate = {}   # path -> how many more replies end early
+        self.hits = {}       # path -> requests seen
+
+    @property
+    def url(self):
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        srv = self.server
+        srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
+        body = srv.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if srv.truncate.get(self.path, 0) > 0:
+            srv.truncate[self.path] -= 1
+            self.wfile.write(body[: len(body) // 2])  # then the connection closes: an interrupted transfer
+            self.close_connection = True
+            return
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = Server()
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def raw(tmp_path):
+    """The raw sources in their real layouts, by SOURCES name."""
+    d = tmp_path / "made"
+    d.mkdir()
+    return {"shakespeare": make_gutenberg_zip(d / "1994-01-100.zip"),
+            "sent140": make_sent140_zip(d / "trainingandtestdata.zip"),
+            "glove": make_glove_zip(d / "glove.6B.zip"),
+            "nist_by_class": make_by_class_zip(d / "by_class.zip")}
+
+
+def serve(server, path, prefix="/base"):
+    server.files[f"{prefix}/{Path(path).name}"] = Path(path).read_bytes()
+    return server.url + prefix
+
+
+def sha(path):
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def leftovers(folder):
+    return sorted(p.name for p in Path(folder).iterdir())
+
+
+# -----------------------------------------------------------------------------
+
+def test_sources_table_has_the_papers_raw_files():
+    urls = {name: s.url() for name, s in download.SOURCES.items()}
+    assert urls["shakespeare"] == "http://www.gutenberg.org/files/100/old/1994-01-100.zip"
+    assert urls["nist_by_class"] == "https://s3.amazonaws.com/nist-srd/SD19/by_class.zip"
+    assert urls["nist_by_write"] == "https://s3.amazonaws.com/nist-srd/SD19/by_write.zip"
+    assert urls["sent140"] == "http://cs.stanford.edu/people/alecmgo/trainingandtestdata.zip"
+    assert urls["glove"] == "http://nlp.stanford.edu/data/glove.6B.zip"
+
+
+@pytest.mark.parametrize("name", ["shakespeare", "sent140", "glove", "nist_by_class"])
+def test_fetch_success_verifies_and_renames(server, raw, tmp_path, name):
+    base = serve(server, raw[name])
+    out = tmp_path / "out"
+    got = download.fetch(name, out / raw[name].name, sha256=sha(raw[name]), base_url=base, backoff=0)
+    assert got.verified and got.sha256 == sha(raw[name]) and got.origin == f"{base}/{raw[name].name}"
+    assert got.path.read_bytes() == raw[name].read_bytes()
+    assert leftovers(out) == [raw[name].name]
+    # present and verified: kept, no second request
+    assert download.fetch(name, out, sha256=sha(raw[name]), base_url=base).path == got.path
+    assert server.hits[f"/base/{raw[name].name}"] == 1
+
+
+def test_fetch_without_checksum_reports_the_digest(server, raw, tmp_path, caplog):
+    base = serve(server, raw["glove"])
+    got = download.fetch(f"{base}/glove.6B.zip", tmp_path / "g.zip")
+    assert not got.verified and got.sha256 == sha(raw["glove"])
+    assert got.sha256 in caplog.text and "record it" in caplog.text
+
+
+def test_checksum_mismatch_names_file_and_both_digests_and_leaves_nothing(server, raw, tmp_path):
+    base = serve(server, raw["sent140"])
+    out = tmp_path / "out"
+    out.mkdir()
+    wrong = "0" * 64
+    with pytest.raises(download.ChecksumError) as e:
+        download.fetch("sent140", out, sha256=wrong, base_url=base, backoff=0)
+    msg = str(e.value)
+    assert "trainingandtestdata.zip" in msg and wrong in msg and sha(raw["sent140"]) in msg
+    assert leftovers(out) == []
+    assert server.hits["/base/trainingandtestdata.zip"] == 1  # a changed file is not retried
+
+
+def test_interrupted_transfer_is_retried_then_succeeds(server, raw, tmp_path):
+    base = serve(server, raw["shakespeare"])
+    server.truncate["/base/1994-01-100.zip"] = 2  # two replies close after half the bytes
+    out = tmp_path / "out"
+    got = download.fetch("shakespeare", out / "1994-01-100.zip", sha256=sha(raw["shakespeare"]), base_url=base,
+                         retries=3, backoff=0.01)
+    assert server.hits["/base/1994-01-100.zip"] == 3
+    assert got.path.read_bytes() == raw["shakespeare"].read_bytes() and leftovers(out) == [got.path.name]
+
+
+def test_interrupted_transfer_fails_cleanly_after_the_retries(server, raw, tmp_path):
+    base = serve(server, raw["shakespeare"])
+    server.truncate["/base/1994-01-100.zip"] = 99
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match=r"1994-01-100.zip: download from .* failed after 3 attempt\(s\)"):
+        download.fetch("shakespeare", out / "1994-01-100.zip", base_url=base, retries=2, backoff=0.01)
+    assert server.hits["/base/1994-01-100.zip"] == 3 and leftovers(out) == []
+
+
+def test_missing_file_is_not_retried(server, tmp_path):
+    with pytest.raises(RuntimeError, match="404"):
+        download.fetch("glove", tmp_path, base_url=server.url + "/nowhere", retries=3, backoff=0.01)
+    assert server.hits == {"/nowhere/glove.6B.zip": 1} and leftovers(tmp_path) == []
+
+
+def test_mirror_and_local_path_are_used_without_network(server, raw, tmp_path):
+    mirror = raw["sent140"].parent
+    dead = server.url + "/must-not-be-used"
+    got = download.fetch("sent140", tmp_path / "a", sha256=sha(raw["sent140"]), mirror=mirror, base_url=dead)
+    assert got.verified and got.origin == str(raw["sent140"]) and got.path.read_bytes() == raw["sent140"].read_bytes()
+    got = download.fetch("glove", tmp_path / "b" / "g.zip", local_path=raw["glove"], base_url=dead)
+    assert got.path.read_bytes() == raw["glove"].read_bytes()
+    with pytest.raises(download.ChecksumError):
+        download.fetch("shakespeare", f"{tmp_path}/c/", sha256="1" * 64, mirror=mirror, base_url=dead)
+    with pytest.raises(FileNotFoundError, match="by_write.zip"):
+        download.fetch("nist_by_write", f"{tmp_path}/d/", mirror=mirror, base_url=dead)
+    assert leftovers(tmp_path / "c") == [] and not (tmp_path / "d").exists()
+    assert server.hits == {}
+
+
+# -----------------------------------------------------------------------------
+# served raw files -> datasets
+
+def test_served_raw_files_build_the_datasets(server, raw, tmp_path):
+    got = {name: download.fetch(name, f"{tmp_path}/raw/", sha256=sha(path), base_url=serve(server, path))
+           for name, path in raw.items()}
+
+    shakespeare.build_shakespeare(got["shakespeare"].path, tmp_path / "shakespeare.h5", fraction=None)
+    with FederatedDataset(tmp_path / "shakespeare.h5") as ds:
+        assert ds.clients == ["THE_COMEDY_OF_ERRORS_DROMIO", "THE_TRAGEDY_OF_TESTING_ALICE",
+                              "THE_TRAGEDY_OF_TESTING_BOB"]
+
+    prov = sent140.build_sent140(got["sent140"].path, got["glove"].path, tmp_path / "sent140.h5", fraction=None,
+                                 min_samples=2)
+    with FederatedDataset(tmp_path / "sent140.h5") as ds:
+        assert ds.clients == ["amy", "zed"] and prov["dim"] == 300
+
+    pytest.importorskip("PIL", reason="decoding NIST's PNGs needs Pillow")
+    pool, info = femnist.read_nist_pool(got["nist_by_class"].path)
+    assert info["images_per_class"] == [6] * 10  # train_<hex> of a-j only; upper case and hsf_0 ignored
+    prov = femnist.build_femnist(pool, tmp_path / "femnist.h5", variant="faithful", num_devices=4, seed=0,
+                                 pool_info=info)
+    with FederatedDataset(tmp_path / "femnist.h5") as ds:
+        x = ds.load("train").x
+        y = ds.load("train").y
+    assert x.shape[1] == 784 and x.dtype == np.float32 and x.max() == 1.0  # white background, 28x28 thumbnail
+    # each image's dark square encodes its class (value 10 c + i): labels and pixels must agree
+    assert np.all(np.abs(x.min(axis=1) * 255 - 10 * y) < 10)
