@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import torch
 
+from fedsim import engine
 from fedsim.engine import SGDSettings, batch_plan, local_sgd_batched, local_sgd_loop
 from fedsim.methods import LocalProblem
 
@@ -51,3 +52,12 @@ def test_batched_engine_keeps_the_callers_device_order_and_chunks():
 def test_float32_engines_agree_to_rounding():
     batched, loop, _ = whole_round(torch.float32, np.arange(len(SIZES)))
     torch.testing.assert_close(batched, loop, rtol=1e-4, atol=1e-5)
+
+
+def test_chunking_the_precomputation_changes_nothing(monkeypatch):
+    """Chunks only group the gathering of inputs; every step computes the same numbers."""
+    devices = np.arange(len(SIZES))
+    whole, _, _ = whole_round(torch.float32, devices)
+    monkeypatch.setattr(engine, "CHUNK_ROWS", 7)  # below one step of all devices: 1-step chunks
+    chunked, _, _ = whole_round(torch.float32, devices, chunk_steps=2)
+    assert torch.equal(whole, chunked)

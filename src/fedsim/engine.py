@@ -9,6 +9,10 @@ shuffle per device, round and epoch, so they agree to rounding):
   the ones still training are always a prefix of the stack and no masking is needed.
 - `local_sgd_loop` is the plain per-device loop with autograd: the test oracle and the
   benchmark baseline, and the path for models without a closed-form batched step.
+
+Devices are named by their index in the dataset everywhere (selection, shuffling seeds);
+a `Clients` may hold only some of them (`ids`), as when a round's devices are read from
+the file, and `Clients.locate` turns indices into its own positions.
 """
 
 from __future__ import annotations
@@ -17,30 +21,32 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .methods import LocalProblem
 
 SHUFFLE_STREAM = 1  # keeps the shuffling seeds apart from the selection seeds
+CHUNK_ROWS = 1 << 16  # samples gathered per precomputed chunk: bounds its memory for large K
 
 
 @dataclass
 class Clients:
-    """All devices' samples of one split, prepared for the model, on the compute device.
+    """Some devices' samples of one split, prepared for the model, on the compute device.
 
-    Row `sentinel` (the last one) is all zeros: padded batch slots gather it and get
-    weight zero, so ragged batches need no special case.
+    Row `sentinel` (the last one) is all zeros: padded batch slots gather it and
+    contribute nothing, so ragged batches need no special case.
     """
 
     x: torch.Tensor        # (rows + 1, features)
     y: torch.Tensor        # (rows + 1,)
-    offsets: np.ndarray    # (devices + 1,): device k owns rows offsets[k]:offsets[k+1]
+    offsets: np.ndarray    # (held devices + 1,): the j-th held device owns rows offsets[j]:offsets[j+1]
+    ids: np.ndarray | None = None  # dataset indices of the held devices, increasing; None: all, in order
 
     @classmethod
-    def from_arrays(cls, x: torch.Tensor, y: torch.Tensor, offsets: np.ndarray) -> "Clients":
+    def from_arrays(cls, x: torch.Tensor, y: torch.Tensor, offsets: np.ndarray, ids=None) -> "Clients":
         x = torch.cat([x, torch.zeros(1, *x.shape[1:], dtype=x.dtype, device=x.device)])
         y = torch.cat([y, torch.zeros(1, dtype=y.dtype, device=y.device)])
-        return cls(x=x, y=y, offsets=np.asarray(offsets, dtype=np.int64))
+        ids = None if ids is None else np.asarray(ids, dtype=np.int64)
+        return cls(x=x, y=y, offsets=np.asarray(offsets, dtype=np.int64), ids=ids)
 
     @property
     def sentinel(self) -> int:
@@ -50,12 +56,24 @@ class Clients:
     def sizes(self) -> np.ndarray:
         return np.diff(self.offsets)
 
+    def locate(self, devices) -> np.ndarray:
+        """Positions of the dataset's devices `devices` among the held ones."""
+        devices = np.asarray(devices, dtype=np.int64)
+        if self.ids is None:
+            return devices
+        pos = np.minimum(np.searchsorted(self.ids, devices), len(self.ids) - 1)
+        if len(devices) and not np.array_equal(self.ids[pos], devices):
+            raise KeyError(f"devices {sorted(set(devices.tolist()) - set(self.ids.tolist()))[:5]} not loaded")
+        return pos
+
     def subset(self, devices) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """The rows of `devices`, concatenated in that order, and their offsets."""
-        sizes = self.sizes[devices]
-        rows = np.concatenate([np.arange(self.offsets[d], self.offsets[d + 1]) for d in devices])
+        pos = self.locate(devices)
+        sizes = self.sizes[pos]
+        out = np.concatenate([[0], np.cumsum(sizes)])
+        rows = np.arange(out[-1]) + np.repeat(self.offsets[pos] - out[:-1], sizes)
         index = torch.from_numpy(rows).to(self.x.device)
-        return self.x[index], self.y[index], np.concatenate([[0], np.cumsum(sizes)])
+        return self.x.index_select(0, index), self.y.index_select(0, index), out
 
 
 @dataclass(frozen=True)
@@ -84,10 +102,10 @@ def batch_plan(size: int, settings: SGDSettings, round_: int, device: int) -> np
 def local_sgd_loop(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
     """Per-device SGD with autograd: w <- w - lr (grad_batch F_k(w) + c_k + mu (w - w0))."""
     models = []
-    for j, device in enumerate(devices):
+    for j, (device, k) in enumerate(zip(devices, clients.locate(devices))):
         w = params.clone().requires_grad_(True)
-        base = int(clients.offsets[device])
-        for batch in batch_plan(int(clients.sizes[device]), settings, round_, int(device)):
+        base = int(clients.offsets[k])
+        for batch in batch_plan(int(clients.sizes[k]), settings, round_, int(device)):
             rows = torch.from_numpy(batch[batch >= 0] + base).to(clients.x.device)
             (grad,) = torch.autograd.grad(model.loss(w, clients.x[rows], clients.y[rows]), w)
             with torch.no_grad():
@@ -104,60 +122,82 @@ def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, de
                       chunk_steps: int = 256):
     """All devices' SGD at once, for models that are one linear layer + softmax (MCLR).
 
-    With X_w = X^T scaled by each sample's 1/batch-count (0 for padding), one step is
-        W <- (1 - lr mu) W - lr X_w softmax(X W) + [lr X_w Y + lr (mu w0 - c)]
-    and the bracket does not depend on W, so it is computed for a whole chunk of steps
-    in one large matmul, leaving 4 small ops per step.
+    Weights are kept transposed, V = W^T (devices, classes, features), and logits as
+    (devices, classes, batch): the layout in which both per-step matmuls and the softmax
+    read contiguous memory (measured fastest). With X_w = X scaled by 1/batch count,
+    one step is
+        V <- (1 - lr mu) V - lr (softmax(V X^T) - Y^T) X_w + lr (mu w0 - c)^T
+    i.e. bmm, softmax, sub_, baddbmm_ (+ add_ for the constant when there is one). The
+    step's inputs X^T, X_w, Y^T are gathered per chunk of steps in a few large ops.
     """
     devices = np.asarray(devices, dtype=np.int64)
-    plans = [batch_plan(int(clients.sizes[d]), settings, round_, int(d)) for d in devices]
-    steps = np.array([len(p) for p in plans])
-    order = np.argsort(-steps, kind="stable")  # longest first: the active devices form a prefix
-    rows = _global_rows(plans, order, devices, clients)  # (steps, K, B)
-
+    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
     lr, mu = settings.lr, problem.mu
-    stacked = params.expand(len(devices), *params.shape).clone()
-    constant = None
+    stacked = params.mT.expand(len(devices), *params.mT.shape).contiguous()
+    constant = None  # lr (mu w0 - c_k)^T: the part of every step that does not depend on V
     if mu or problem.correction is not None:
         constant = lr * mu * params
         if problem.correction is not None:
             constant = constant - lr * problem.correction[torch.from_numpy(order).to(params.device)]
-        constant = constant.expand_as(stacked)
+        constant = constant.mT.expand_as(stacked).contiguous()
 
-    for start, stop, active in _chunks(steps[order], chunk_steps):
-        idx = torch.from_numpy(rows[start:stop, :active]).to(clients.x.device)
-        x = clients.x[idx]                                          # (T, m, B, D)
-        count = (idx != clients.sentinel).sum(-1, keepdim=True).clamp(min=1)
-        weight = (idx != clients.sentinel).to(x.dtype) / count      # (T, m, B)
-        xw_t = (x * weight.unsqueeze(-1)).transpose(-1, -2).contiguous()  # (T, m, D, B)
-        onehot = F.one_hot(clients.y[idx], model.num_classes).to(x.dtype)
-        bracket = lr * (xw_t @ onehot)                              # (T, m, D, C)
-        if constant is not None:
-            bracket += constant[:active]
-        w = stacked[:active]
-        for x_s, xw_t_s, bracket_s in zip(x.unbind(0), xw_t.unbind(0), bracket.unbind(0)):
-            probs = torch.bmm(x_s, w).softmax(-1)
-            w.baddbmm_(xw_t_s, probs, beta=1 - lr * mu, alpha=-lr)
-            w.add_(bracket_s)
-    return stacked[torch.from_numpy(np.argsort(order)).to(params.device)]
+    chunks = list(_chunks(steps, chunk_steps, settings.batch_size))
+    most = max(((stop - start) * active for start, stop, active in chunks), default=0) * settings.batch_size
+    buffers = clients.x.new_empty(2, most, clients.x.shape[1])
+    for start, stop, active in chunks:
+        index = rows[first[:active] + np.arange(start, stop)[:, None]]  # (T, active, B)
+        x_w, x_t, y_t = _chunk_inputs(clients, index, model.num_classes, buffers)
+        v, shift = stacked[:active], None if constant is None else constant[:active]  # slicing per step costs
+        for x_t_s, x_w_s, y_t_s in zip(x_t.unbind(0), x_w.unbind(0), y_t.unbind(0)):
+            residual = torch.bmm(v, x_t_s).softmax(1).sub_(y_t_s)
+            v.baddbmm_(residual, x_w_s, beta=1 - lr * mu, alpha=-lr)
+            if shift is not None:
+                v.add_(shift)
+    return stacked[torch.from_numpy(np.argsort(order)).to(params.device)].mT.contiguous()
 
 
-def _global_rows(plans, order, devices, clients: Clients) -> np.ndarray:
-    """Stack the devices' batch plans (in `order`) as global row indices, padding -> sentinel."""
-    rows = np.full((max(len(p) for p in plans), len(plans), plans[0].shape[1]), clients.sentinel, np.int64)
-    for j, k in enumerate(order):
-        plan = plans[k]
-        rows[: len(plan), j] = np.where(plan >= 0, plan + clients.offsets[devices[k]], clients.sentinel)
-    return rows
+def _stacked_plans(clients: Clients, devices, settings, round_):
+    """Every device's batch plan as rows of `clients` (padding -> sentinel), longest first.
+
+    Returns rows (total steps, B) with device order[j]'s steps at first[j]:first[j] + steps[j].
+    One flat array rather than a (max steps, K, B) box: one long device next to K = 1000
+    short ones would make the box mostly padding.
+    """
+    pos = clients.locate(devices)
+    plans = [batch_plan(int(clients.sizes[k]), settings, round_, int(d)) for k, d in zip(pos, devices)]
+    steps = np.array([len(p) for p in plans])
+    order = np.argsort(-steps, kind="stable")
+    rows = np.concatenate([np.where(plans[j] >= 0, plans[j] + clients.offsets[pos[j]], clients.sentinel)
+                           for j in order])
+    first = np.concatenate([[0], np.cumsum(steps[order])[:-1]])
+    return rows, first, steps[order], order
 
 
-def _chunks(steps_desc: np.ndarray, chunk_steps: int):
+def _chunk_inputs(clients: Clients, index: np.ndarray, num_classes: int, buffers: torch.Tensor):
+    """X / batch count (T, m, B, D), X^T (T, m, D, B) and one-hot Y^T (T, m, C, B) of a chunk.
+
+    The two large ones are written into `buffers` (2, >= T m B, D), which every chunk of a
+    round reuses: fresh memory for each chunk costs page faults, measurably.
+    """
+    index = torch.from_numpy(index).to(clients.x.device)
+    flat, (n, d) = index.flatten(), (index.numel(), clients.x.shape[1])
+    # index_select: several times faster than advanced indexing x[index] here
+    x_w = torch.index_select(clients.x, 0, flat, out=buffers[0, :n]).view(*index.shape, d)
+    x_t = buffers[1, :n].view(*index.shape[:-1], d, index.shape[-1]).copy_(x_w.mT)
+    x_w /= (index != clients.sentinel).sum(-1).clamp(min=1)[..., None, None]
+    y = clients.y.index_select(0, flat).view(index.shape)
+    y_t = (y.unsqueeze(-2) == torch.arange(num_classes, device=y.device)[:, None]).to(x_w.dtype)
+    return x_w, x_t, y_t
+
+
+def _chunks(steps_desc: np.ndarray, chunk_steps: int, batch_size: int):
     """(start, stop, active) step ranges in which the first `active` devices still train."""
     start = 0
     for active in range(len(steps_desc), 0, -1):
         end = int(steps_desc[active - 1])
-        for lo in range(start, end, chunk_steps):
-            yield lo, min(lo + chunk_steps, end), active
+        span = max(1, min(chunk_steps, CHUNK_ROWS // (active * batch_size)))
+        for lo in range(start, end, span):
+            yield lo, min(lo + span, end), active
         start = max(start, end)
 
 

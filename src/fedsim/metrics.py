@@ -19,18 +19,17 @@ from .engine import Clients
 COLUMNS = ["train_loss", "train_acc", "test_loss", "test_acc", "grad_dissimilarity", "b_dissimilarity"]
 
 
-def _loss_and_accuracy(model, params, clients: Clients) -> tuple[float, float]:
-    x, y = clients.x[:-1], clients.y[:-1]  # drop the padding row
-    logits = model.logits(params, x)
-    loss = F.cross_entropy(logits, y, reduction="sum").item() / max(len(y), 1)
-    acc = (logits.argmax(-1) == y).sum().item() / max(len(y), 1)
-    return loss, acc
+def _loss_and_accuracy(logits: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
+    n = max(len(y), 1)
+    return F.cross_entropy(logits, y, reduction="sum").item() / n, (logits.argmax(-1) == y).sum().item() / n
 
 
 def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict[str, float]:
-    train_loss, train_acc = _loss_and_accuracy(model, params, train)
-    test_loss, test_acc = _loss_and_accuracy(model, params, test)
-    grads = model.device_grads(params, train.x[:-1], train.y[:-1], train.offsets).flatten(1)
+    x, y = train.x[:-1], train.y[:-1]  # drop the padding row
+    logits = model.logits(params, x)  # shared by the training loss and the local gradients
+    train_loss, train_acc = _loss_and_accuracy(logits, y)
+    test_loss, test_acc = _loss_and_accuracy(model.logits(params, test.x[:-1]), test.y[:-1])
+    grads = model.device_grads(params, x, y, train.offsets, logits=logits).flatten(1)
     p = torch.from_numpy(train.sizes / train.sizes.sum()).to(grads)
     global_grad = p @ grads
     global_sq = global_grad.square().sum()

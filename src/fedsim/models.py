@@ -39,32 +39,44 @@ class MCLR:
         return params
 
     @staticmethod
-    def prepare_inputs(x: torch.Tensor) -> torch.Tensor:
-        """Flatten samples and append the constant input that multiplies the bias row."""
+    def prepare_inputs(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """Flatten samples and append the constant input that multiplies the bias row.
+
+        `out` (samples, features + 1), of any float dtype, receives them without a temporary.
+        """
         x = x.reshape(x.shape[0], -1)
-        return torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype)], dim=1)
+        out = x.new_empty(x.shape[0], x.shape[1] + 1) if out is None else out
+        out[:, :-1] = x
+        out[:, -1] = 1
+        return out
 
     @staticmethod
     def logits(params: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        return x @ params
+        # = x W. For many samples MKL runs (W^T X^T)^T several times faster (measured); for a
+        # mini-batch its two extra layout ops cost more than they save.
+        return (params.mT @ x.mT).mT.contiguous() if len(x) > 256 else x @ params
 
     def loss(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Mean cross-entropy of a batch (x already prepared)."""
         return F.cross_entropy(self.logits(params, x), y)
 
-    def residual(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def residual(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, logits=None) -> torch.Tensor:
         """softmax(x W) - onehot(y): the loss gradient with respect to the logits, per sample."""
-        r = torch.softmax(self.logits(params, x), dim=-1)
+        r = torch.softmax(self.logits(params, x) if logits is None else logits, dim=-1)
         r[torch.arange(len(y)), y] -= 1
         return r
 
-    def device_grads(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, offsets) -> torch.Tensor:
+    def device_grads(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, offsets,
+                     logits=None) -> torch.Tensor:
         """Full local gradients grad F_k(params), one per device, stacked: (devices, *params.shape).
 
         Devices own contiguous rows x[offsets[k]:offsets[k+1]]; the closed form
         X_k^T (P_k - Y_k) / n_k needs one small matmul per device and no autograd.
+        `logits` (x W), when the caller has them already, saves recomputing them.
         """
-        r = self.residual(params, x, y)
+        r = self.residual(params, x, y, logits)
         sizes = (offsets[1:] - offsets[:-1]).tolist()
         blocks = zip(torch.split(x, sizes), torch.split(r, sizes))
-        return torch.stack([xk.T @ rk / max(len(xk), 1) for xk, rk in blocks])
+        sums = torch.stack([rk.T @ xk for xk, rk in blocks])  # R^T X: MKL runs it several times faster than X^T R
+        n = torch.tensor(sizes, dtype=sums.dtype, device=sums.device).clamp(min=1)
+        return (sums / n[:, None, None]).mT.contiguous()

@@ -11,6 +11,16 @@ Protocol (the reference code's, with the paper's text as options):
 - metrics row t describes the global model after t rounds (row 0: the initial model);
 - a non-finite training loss ends the run at that round: the run is recorded as
   diverged there, with every metric so far.
+
+Threads: the numerics (local SGD, gradients, metrics) always run on one torch thread. torch's
+CPU kernels round differently with the thread count (MKL GEMMs, softmax over a non-last
+dimension: measured), and these small per-step ops are slower on two threads than on one.
+`threads` serves the data copies at load time, which are exact at any thread count.
+
+Scale: `load: stream` reads only each round's devices from the file instead of holding the
+train split (`auto` streams above STREAM_ABOVE_BYTES); `eval_devices` computes the metrics on
+a seeded sample of devices, drawn once per run. Both give the same numbers as holding
+everything, when the sample is all devices.
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ import dataclasses
 import json
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +45,9 @@ from .methods import RoundContext, get_method
 from .metrics import COLUMNS, evaluate
 from .models import MCLR
 
-SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM = 10, 11, 12
+SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+STREAM_ABOVE_BYTES = 1 << 30  # `load: auto` streams a train split larger than this (as model inputs)
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,8 @@ class RunConfig:
     device: str = "cpu"
     threads: int = 1
     dtype: str = "float32"
+    load: str = "auto"                # memory | stream | auto: how the train split is read
+    eval_devices: int | None = None   # metrics on a seeded sample of this many devices; None: all
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field, before any expensive work."""
@@ -72,6 +86,8 @@ class RunConfig:
             "engine": self.engine in ENGINES,
             "device": self.device in ("cpu", "cuda", "auto"),
             "dtype": self.dtype in DTYPES,
+            "load": self.load in ("auto", "memory", "stream"),
+            "eval_devices": self.eval_devices is None or self.eval_devices >= 1,
         }
         for field, ok in checks.items():
             if not ok:
@@ -98,73 +114,94 @@ def _compute_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def _load_clients(dataset: FederatedDataset, split: str, model, dtype, device) -> Clients:
-    part = dataset.load(split)
-    x = model.prepare_inputs(torch.as_tensor(part.x, dtype=dtype))
-    y = torch.as_tensor(part.y, dtype=torch.int64)
-    return Clients.from_arrays(x.to(device), y.to(device), part.offsets)
+@contextmanager
+def torch_threads(count: int):
+    """torch's intra-op thread count inside the block, restored after it."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
-def run(config: RunConfig) -> tuple[pd.DataFrame, dict]:
-    """Train; return the per-round metrics and the run's record (config, result, provenance)."""
+def eval_sample(count: int | None, num_devices: int, seed: int) -> np.ndarray | None:
+    """The devices the metrics are computed on: a seeded sample, sorted; None for all."""
+    if count is None or count >= num_devices:
+        return None
+    return np.sort(np.random.default_rng([seed, EVAL_STREAM]).choice(num_devices, size=count, replace=False))
+
+
+class RunData:
+    """A run's view of its dataset file: the train split held in memory or read round by round
+    (only the round's devices), and the (sampled) devices the metrics are computed on."""
+
+    def __init__(self, config: RunConfig, dataset: FederatedDataset):
+        self.dataset, self.device, self.dtype = dataset, _compute_device(config.device), DTYPES[config.dtype]
+        self.threads = config.threads
+        self.model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
+        self.sizes = dataset.train_sizes
+        split_bytes = int(self.sizes.sum()) * (self.model.num_features + 1) * self.dtype.itemsize
+        self.stream = config.load == "stream" or (config.load == "auto" and split_bytes > STREAM_ABOVE_BYTES)
+        self.eval_ids = eval_sample(config.eval_devices, dataset.num_devices, config.seed)
+        if self.stream and self.eval_ids is None and split_bytes > STREAM_ABOVE_BYTES:
+            raise ValueError(f"bad run setting eval_devices=None: evaluating all {dataset.num_devices} devices "
+                             f"would hold the whole train split ({split_bytes / 2**30:.1f} GiB); sample some")
+        self.train = None if self.stream else self.load("train")
+        self.eval_train = self.train if self.train is not None and self.eval_ids is None else \
+            self.load("train", self.eval_ids)
+        self.eval_test = self.load("test", self.eval_ids)
+
+    def load(self, split: str, devices=None) -> Clients:
+        """Rows of `devices` (default: all) as model inputs on the compute device.
+
+        Written once into their final tensors, sentinel row included: at 10^5 devices these
+        copies are a visible part of a round.
+        """
+        devices = None if devices is None else np.unique(devices)
+        part = self.dataset.load(split, devices)
+        n = len(part.y)
+        x = torch.empty(n + 1, self.model.num_features + 1, dtype=self.dtype)
+        y = torch.empty(n + 1, dtype=torch.int64)
+        with torch_threads(self.threads):
+            self.model.prepare_inputs(torch.from_numpy(part.x), out=x[:n])
+            y[:n] = torch.from_numpy(part.y)
+        x[n], y[n] = 0, 0
+        return Clients(x=x.to(self.device), y=y.to(self.device), offsets=part.offsets, ids=devices)
+
+    def round_train(self, devices: np.ndarray) -> Clients:
+        """Train rows holding at least `devices`."""
+        return self.train if self.train is not None else self.load("train", devices)
+
+    def record(self) -> dict:
+        sampled = self.eval_ids is not None
+        return {"load": "stream" if self.stream else "memory", "eval_sampled": sampled,
+                "eval_devices": len(self.eval_ids) if sampled else self.dataset.num_devices}
+
+
+def run(config: RunConfig, on_round=None) -> tuple[pd.DataFrame, dict]:
+    """Train; return the per-round metrics and the run's record (config, result, provenance).
+
+    `on_round(row)`, if given, is called with each round's metrics as they are computed
+    (progress, timing).
+    """
     config.validate()
-    torch.set_num_threads(config.threads)
     started = time.perf_counter()
-    device, dtype = _compute_device(config.device), DTYPES[config.dtype]
-    method, local_sgd = get_method(config.method), ENGINES[config.engine]
-
-    with FederatedDataset(config.data) as dataset:
-        model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
-        train = _load_clients(dataset, "train", model, dtype, device)
-        test = _load_clients(dataset, "test", model, dtype, device)
+    with torch_threads(1), FederatedDataset(config.data) as dataset:
+        if config.selection == "uniform" and config.clients_per_round > dataset.num_devices:
+            raise ValueError(f"clients_per_round={config.clients_per_round} exceeds the "
+                             f"{dataset.num_devices} devices")
+        data = RunData(config, dataset)
+        rows, diverged_round = _train(config, data, on_round)
         dataset_record = {"name": dataset.name, "kind": dataset.kind, "devices": dataset.num_devices,
                           "provenance": dataset.attrs.get("provenance")}
-    sizes = train.sizes
-    if config.selection == "uniform" and config.clients_per_round > len(sizes):
-        raise ValueError(f"clients_per_round={config.clients_per_round} exceeds the {len(sizes)} devices")
-    settings = SGDSettings(config.lr, config.epochs, config.batch_size, config.seed)
-
-    def weights(devices: np.ndarray) -> torch.Tensor:
-        if config.selection == "weighted":
-            return torch.full((len(devices),), 1.0 / len(devices), dtype=dtype, device=device)
-        n = torch.as_tensor(sizes[devices], dtype=dtype, device=device)
-        return n / n.sum()
-
-    def device_grads_at(params):
-        def grads(devices: np.ndarray) -> torch.Tensor:
-            x, y, offsets = train.subset(devices)
-            return model.device_grads(params, x, y, offsets)
-        return grads
-
-    init_seed = int(np.random.SeedSequence([config.seed, INIT_STREAM]).generate_state(1)[0])
-    params = model.init(torch.Generator().manual_seed(init_seed), dtype)
-    params = params.to(device)
-    rows, diverged_round = [], None
-    for t in range(config.rounds + 1):
-        rows.append({"round": t, "communication_rounds": t * method.COMMUNICATION_ROUNDS,
-                     **evaluate(model, params, train, test)})
-        if not (math.isfinite(rows[-1]["train_loss"]) and bool(torch.isfinite(params).all())):
-            diverged_round = t
-            break
-        if t == config.rounds:
-            break
-        gradient_devices = select_devices(config.seed, t, SELECTION_STREAM, config.clients_per_round,
-                                          sizes, config.selection)
-        solvers = gradient_devices
-        if config.method == "feddane" and config.second_subset == "independent":
-            solvers = select_devices(config.seed, t, SECOND_SUBSET_STREAM, config.clients_per_round,
-                                     sizes, config.selection)
-        ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
-                           device_grads=device_grads_at(params), weights=weights)
-        problem = method.local_problem(ctx, config.mu)
-        local_models = local_sgd(model, params, problem, train, solvers, settings, t)
-        params = method.server_update(ctx, local_models)
 
     metrics = pd.DataFrame(rows, columns=["round", "communication_rounds", *COLUMNS])
     last = metrics.iloc[-1]
     record = {
         "config": dataclasses.asdict(config),
         "dataset": dataset_record,
+        "data_access": data.record(),
         "fedsim_version": __version__,
         "torch_version": torch.__version__,
         "result": {
@@ -177,6 +214,51 @@ def run(config: RunConfig) -> tuple[pd.DataFrame, dict]:
         },
     }
     return metrics, record
+
+
+def _train(config: RunConfig, data: RunData, on_round) -> tuple[list[dict], int | None]:
+    """The rounds: metrics rows from the initial model on, and the round it diverged (or None)."""
+    device, dtype, model = data.device, data.dtype, data.model
+    method, local_sgd = get_method(config.method), ENGINES[config.engine]
+    settings = SGDSettings(config.lr, config.epochs, config.batch_size, config.seed)
+
+    def weights(devices: np.ndarray) -> torch.Tensor:
+        if config.selection == "weighted":
+            return torch.full((len(devices),), 1.0 / len(devices), dtype=dtype, device=device)
+        n = torch.as_tensor(data.sizes[devices], dtype=dtype, device=device)
+        return n / n.sum()
+
+    def device_grads_at(params, train: Clients):
+        def grads(devices: np.ndarray) -> torch.Tensor:
+            x, y, offsets = train.subset(devices)
+            return model.device_grads(params, x, y, offsets)
+        return grads
+
+    init_seed = int(np.random.SeedSequence([config.seed, INIT_STREAM]).generate_state(1)[0])
+    params = model.init(torch.Generator().manual_seed(init_seed), dtype).to(device)
+    rows = []
+    for t in range(config.rounds + 1):
+        rows.append({"round": t, "communication_rounds": t * method.COMMUNICATION_ROUNDS,
+                     **evaluate(model, params, data.eval_train, data.eval_test)})
+        if on_round is not None:
+            on_round(rows[-1])
+        if not (math.isfinite(rows[-1]["train_loss"]) and bool(torch.isfinite(params).all())):
+            return rows, t
+        if t == config.rounds:
+            return rows, None
+        gradient_devices = select_devices(config.seed, t, SELECTION_STREAM, config.clients_per_round,
+                                          data.sizes, config.selection)
+        solvers = gradient_devices
+        if config.method == "feddane" and config.second_subset == "independent":
+            solvers = select_devices(config.seed, t, SECOND_SUBSET_STREAM, config.clients_per_round,
+                                     data.sizes, config.selection)
+        train = data.round_train(np.concatenate([gradient_devices, solvers]))
+        ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
+                           device_grads=device_grads_at(params, train), weights=weights)
+        problem = method.local_problem(ctx, config.mu)
+        local_models = local_sgd(model, params, problem, train, solvers, settings, t)
+        params = method.server_update(ctx, local_models)
+    return rows, None
 
 
 def write_run(metrics: pd.DataFrame, record: dict, metrics_path, info_path) -> None:

@@ -1,0 +1,84 @@
+"""Large populations: training that reads only each round's devices, metrics on a device sample."""
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from fedsim import data as data_module
+from fedsim import train as train_module
+from fedsim.data import FederatedDataset, read_dataset
+from fedsim.engine import Clients
+from fedsim.train import RunConfig, eval_sample, run
+
+from tiny import tiny_dataset
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("data") / "tiny.h5", devices=12)
+
+
+def config(data, **kw):
+    base = dict(data=data, method="feddane", mu=0.1, clients_per_round=4, epochs=2, batch_size=5, lr=0.05, rounds=3)
+    return RunConfig(**{**base, **kw})
+
+
+@pytest.mark.parametrize("selection", ["uniform", "weighted"])  # weighted: a device may be drawn twice
+def test_streaming_the_rounds_devices_gives_the_same_run(data, selection):
+    memory, r1 = run(config(data, selection=selection, load="memory"))
+    stream, r2 = run(config(data, selection=selection, load="stream"))
+    pd.testing.assert_frame_equal(memory, stream, check_exact=True)
+    assert r1["data_access"]["load"] == "memory" and r2["data_access"]["load"] == "stream"
+    assert r2["data_access"] == {"load": "stream", "eval_sampled": False, "eval_devices": 12}
+
+
+def test_evaluation_sample_is_seeded_and_recorded(data):
+    a, record = run(config(data, eval_devices=5))
+    b, _ = run(config(data, eval_devices=5, load="stream"))
+    full, _ = run(config(data))
+    pd.testing.assert_frame_equal(a, b, check_exact=True)
+    assert record["data_access"] == {"load": "memory", "eval_sampled": True, "eval_devices": 5}
+    assert record["config"]["eval_devices"] == 5
+    assert not a["train_loss"].equals(full["train_loss"])
+    everyone, _ = run(config(data, eval_devices=12))  # a sample of all devices is all devices
+    pd.testing.assert_frame_equal(everyone, full, check_exact=True)
+    sample = eval_sample(5, 12, seed=0)
+    assert len(set(sample)) == 5 and list(sample) == sorted(sample)
+    np.testing.assert_array_equal(sample, eval_sample(5, 12, seed=0))
+    assert not np.array_equal(sample, eval_sample(5, 12, seed=1))
+
+
+def test_auto_streams_large_splits_and_asks_for_an_evaluation_sample(data, monkeypatch):
+    monkeypatch.setattr(train_module, "STREAM_ABOVE_BYTES", 1000)
+    _, record = run(config(data, eval_devices=4, rounds=1))
+    assert record["data_access"]["load"] == "stream"
+    with pytest.raises(ValueError, match="eval_devices"):
+        run(config(data, rounds=1))
+
+
+def test_clients_holding_some_devices_locate_them_by_dataset_index(data):
+    with FederatedDataset(data) as dataset:
+        part = dataset.load("train", [2, 5, 9])
+    x = torch.as_tensor(part.x)
+    clients = Clients.from_arrays(x, torch.as_tensor(part.y), part.offsets, ids=[2, 5, 9])
+    np.testing.assert_array_equal(clients.locate([9, 2, 9]), [2, 0, 2])
+    sub_x, _, offsets = clients.subset([9, 2])
+    want = read_dataset(data, "train", [9, 2])
+    np.testing.assert_array_equal(sub_x.numpy(), want.x)
+    np.testing.assert_array_equal(offsets, want.offsets)
+    with pytest.raises(KeyError, match="3"):
+        clients.locate([3])
+
+
+def test_reading_many_devices_at_once_matches_reading_each(tmp_path, monkeypatch):
+    path = tiny_dataset(tmp_path / "many.h5", devices=100)
+    wanted = np.flatnonzero(np.random.default_rng(0).random(100) < 0.5)  # many separate runs
+    monkeypatch.setattr(data_module, "UNION_READ_RUNS", 4)
+    with FederatedDataset(path) as dataset:
+        for split in ("train", "test"):
+            got = dataset.load(split, wanted)
+            each = [dataset.load(split, [k]) for k in wanted]
+            np.testing.assert_array_equal(got.x, np.concatenate([p.x for p in each]))
+            np.testing.assert_array_equal(got.y, np.concatenate([p.y for p in each]))
+            np.testing.assert_array_equal(got.sizes, [len(p.y) for p in each])
