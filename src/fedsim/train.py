@@ -29,6 +29,7 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +39,7 @@ import pandas as pd
 import torch
 
 from . import __version__
-from .atomic import write_csv, write_json
+from .atomic import atomic_path, write_csv, write_json
 from .data import FederatedDataset
 from .engine import ENGINES, Clients, SGDSettings
 from .methods import RoundContext, get_method
@@ -179,11 +180,58 @@ class RunData:
                 "eval_devices": len(self.eval_ids) if sampled else self.dataset.num_devices}
 
 
-def run(config: RunConfig, on_round=None) -> tuple[pd.DataFrame, dict]:
+@dataclass(frozen=True)
+class Checkpoint:
+    """Where and how often a run saves its state, to continue after a kill.
+
+    A run's randomness is a function of (seed, round, device), never of a generator's
+    state, so the global model and the metrics so far are the whole state: a resumed run
+    ends bit-identical to one never interrupted. The file is written atomically; one that
+    cannot be read, or belongs to other settings, is ignored with a warning.
+    """
+
+    path: Path
+    every: int = 10
+
+    def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict]) -> None:
+        state = {"settings": _fingerprint(config), "round": round_, "params": params.cpu(), "rows": rows}
+        with atomic_path(self.path) as tmp:
+            torch.save(state, tmp)
+
+    def load(self, config: RunConfig, params: torch.Tensor):
+        """(round, params, rows) saved for these settings, or None to start from round 0."""
+        if not self.path.exists():
+            return None
+        try:
+            state = torch.load(self.path, weights_only=True)
+            round_, saved, rows = state["round"], state["params"], state["rows"]
+            if state["settings"] != _fingerprint(config):
+                raise ValueError("it was saved by a run with other settings")
+            if saved.shape != params.shape or len(rows) != round_ or not 0 < round_ <= config.rounds:
+                raise ValueError("its contents are inconsistent")
+        except Exception as err:  # a torn or foreign file must never stop or bend the run
+            warnings.warn(f"ignoring checkpoint {self.path}: {err}; starting from round 0", stacklevel=2)
+            return None
+        return round_, saved.to(params), rows
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _fingerprint(config: RunConfig) -> str:
+    """The settings a checkpoint must share with the run resuming it (not how it is executed)."""
+    settings = dataclasses.asdict(config)
+    for field in ("threads", "load"):
+        settings.pop(field)
+    return json.dumps(settings, sort_keys=True)
+
+
+def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) -> tuple[pd.DataFrame, dict]:
     """Train; return the per-round metrics and the run's record (config, result, provenance).
 
     `on_round(row)`, if given, is called with each round's metrics as they are computed
-    (progress, timing).
+    (progress, timing). With a `checkpoint`, the run continues from the saved round when
+    there is one, and saves its state every `checkpoint.every` rounds.
     """
     config.validate()
     started = time.perf_counter()
@@ -192,7 +240,7 @@ def run(config: RunConfig, on_round=None) -> tuple[pd.DataFrame, dict]:
             raise ValueError(f"clients_per_round={config.clients_per_round} exceeds the "
                              f"{dataset.num_devices} devices")
         data = RunData(config, dataset)
-        rows, diverged_round = _train(config, data, on_round)
+        rows, diverged_round, resumed = _train(config, data, on_round, checkpoint)
         dataset_record = {"name": dataset.name, "kind": dataset.kind, "devices": dataset.num_devices,
                           "provenance": dataset.attrs.get("provenance")}
 
@@ -211,13 +259,15 @@ def run(config: RunConfig, on_round=None) -> tuple[pd.DataFrame, dict]:
             "final_test_acc": float(last["test_acc"]),
             "diverged_round": diverged_round,
             "wall_seconds": round(time.perf_counter() - started, 3),
+            "resumed_from_round": resumed,
         },
     }
     return metrics, record
 
 
-def _train(config: RunConfig, data: RunData, on_round) -> tuple[list[dict], int | None]:
-    """The rounds: metrics rows from the initial model on, and the round it diverged (or None)."""
+def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list[dict], int | None, int | None]:
+    """The rounds: metrics rows from the initial model on, the round it diverged (or None), and
+    the round it resumed from (or None)."""
     device, dtype, model = data.device, data.dtype, data.model
     method, local_sgd = get_method(config.method), ENGINES[config.engine]
     settings = SGDSettings(config.lr, config.epochs, config.batch_size, config.seed)
@@ -236,16 +286,21 @@ def _train(config: RunConfig, data: RunData, on_round) -> tuple[list[dict], int 
 
     init_seed = int(np.random.SeedSequence([config.seed, INIT_STREAM]).generate_state(1)[0])
     params = model.init(torch.Generator().manual_seed(init_seed), dtype).to(device)
-    rows = []
-    for t in range(config.rounds + 1):
+    rows, start = [], 0
+    saved = checkpoint.load(config, params) if checkpoint is not None else None
+    if saved is not None:
+        start, params, rows = saved
+    for t in range(start, config.rounds + 1):
+        if checkpoint is not None and t > start and t % checkpoint.every == 0:
+            checkpoint.save(config, t, params, rows)
         rows.append({"round": t, "communication_rounds": t * method.COMMUNICATION_ROUNDS,
                      **evaluate(model, params, data.eval_train, data.eval_test)})
         if on_round is not None:
             on_round(rows[-1])
         if not (math.isfinite(rows[-1]["train_loss"]) and bool(torch.isfinite(params).all())):
-            return rows, t
+            return rows, t, (start or None)
         if t == config.rounds:
-            return rows, None
+            return rows, None, (start or None)
         gradient_devices = select_devices(config.seed, t, SELECTION_STREAM, config.clients_per_round,
                                           data.sizes, config.selection)
         solvers = gradient_devices
@@ -258,7 +313,7 @@ def _train(config: RunConfig, data: RunData, on_round) -> tuple[list[dict], int 
         problem = method.local_problem(ctx, config.mu)
         local_models = local_sgd(model, params, problem, train, solvers, settings, t)
         params = method.server_update(ctx, local_models)
-    return rows, None
+    return rows, None, (start or None)
 
 
 def write_run(metrics: pd.DataFrame, record: dict, metrics_path, info_path) -> None:

@@ -1,0 +1,106 @@
+"""A run killed at any moment continues from its checkpoint and ends bit-identical."""
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedsim.train import Checkpoint, RunConfig, run, write_run
+
+from tiny import tiny_dataset
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+ROUNDS = 40
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("resume") / "tiny.h5", devices=12)
+
+
+def config(data, **kw):
+    return RunConfig(**{**dict(data=data, method="feddane", mu=0.1, clients_per_round=4, epochs=3,
+                               batch_size=5, lr=0.05, rounds=ROUNDS), **kw})
+
+
+def metrics_bytes(cfg, folder, checkpoint=None):
+    metrics, record = run(cfg, checkpoint=checkpoint)
+    write_run(metrics, record, folder / "metrics.csv", folder / "run.json")
+    return (folder / "metrics.csv").read_bytes(), record
+
+
+TRAIN_SCRIPT = """
+import sys
+from pathlib import Path
+from fedsim.train import Checkpoint, RunConfig, run, write_run
+data, folder = sys.argv[1], Path(sys.argv[2])
+cfg = RunConfig(data=data, method="feddane", mu=0.1, clients_per_round=4, epochs=3, batch_size=5, lr=0.05,
+                rounds={rounds})
+checkpoint = Checkpoint(folder / "ckpt.pt", every=2)
+metrics, record = run(cfg, checkpoint=checkpoint)
+write_run(metrics, record, folder / "metrics.csv", folder / "run.json")
+checkpoint.remove()
+print(record["result"]["resumed_from_round"])
+"""
+
+
+def start_training(data, folder):
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    script = TRAIN_SCRIPT.format(rounds=ROUNDS)
+    return subprocess.Popen([sys.executable, "-c", script, data, str(folder)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+
+
+def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path):
+    reference, _ = metrics_bytes(config(data), tmp_path)
+
+    folder = tmp_path / "killed"
+    folder.mkdir()
+    proc = start_training(data, folder)
+    deadline = time.monotonic() + 60
+    while not (folder / "ckpt.pt").exists():  # let it get past a first checkpoint...
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
+        time.sleep(0.01)
+    time.sleep(random.uniform(0, 0.3))  # ...then kill it at a random later moment
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not (folder / "run.json").exists()
+
+    proc = start_training(data, folder)
+    resumed = proc.communicate(timeout=120)[0].strip()
+    assert proc.returncode == 0
+    assert resumed != "None" and int(resumed) >= 2  # it did continue, not start over
+    assert (folder / "metrics.csv").read_bytes() == reference
+    assert not (folder / "ckpt.pt").exists()
+
+
+@pytest.mark.parametrize("damage", ["torn", "garbage"])
+def test_corrupt_checkpoint_starts_over_with_a_warning(data, tmp_path, damage):
+    reference, _ = metrics_bytes(config(data), tmp_path)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt")
+    early, _ = run(config(data, rounds=9))
+    params = torch.zeros(11, 4)  # the tiny dataset's MCLR: 10 features + bias, 4 classes
+    checkpoint.save(config(data), 10, params, early.to_dict("records"))
+    assert checkpoint.load(config(data), params)[0] == 10  # intact, it would be resumed from
+    blob = checkpoint.path.read_bytes()
+    checkpoint.path.write_bytes(blob[: len(blob) // 2] if damage == "torn" else b"\x00garbage" * 100)
+
+    with pytest.warns(UserWarning, match="ignoring checkpoint"):
+        resumed, record = metrics_bytes(config(data), tmp_path / "x", checkpoint)
+    assert resumed == reference and record["result"]["resumed_from_round"] is None
+
+
+def test_checkpoint_of_other_settings_is_ignored(data, tmp_path):
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=5)
+    run(config(data, rounds=12, mu=1.0), checkpoint=checkpoint)  # leaves its round-10 state behind
+    assert checkpoint.path.exists()
+    reference, _ = metrics_bytes(config(data), tmp_path)
+    with pytest.warns(UserWarning, match="other settings"):
+        resumed, _ = metrics_bytes(config(data), tmp_path / "x", checkpoint)
+    assert resumed == reference
