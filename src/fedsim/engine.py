@@ -7,8 +7,11 @@ shuffle per device, round and epoch, so they agree to rounding):
   along a leading device dimension and every SGD step is a few batched matmuls. Devices
   with fewer steps simply drop out of the stack: devices are ordered longest-first, so
   the ones still training are always a prefix of the stack and no masking is needed.
+  Models without that closed-form step (the LSTMs: they provide `stacked_grads`) take
+  `local_sgd_stacked`: the same stacking and drop-out, one autograd backward per step for
+  all devices at once.
 - `local_sgd_loop` is the plain per-device loop with autograd: the test oracle and the
-  benchmark baseline, and the path for models without a closed-form batched step.
+  benchmark baseline.
 
 Devices are named by their index in the dataset everywhere (selection, shuffling seeds);
 a `Clients` may hold only some of them (`ids`), as when a round's devices are read from
@@ -130,6 +133,8 @@ def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, de
     i.e. bmm, softmax, sub_, baddbmm_ (+ add_ for the constant when there is one). The
     step's inputs X^T, X_w, Y^T are gathered per chunk of steps in a few large ops.
     """
+    if hasattr(model, "stacked_grads"):
+        return local_sgd_stacked(model, params, problem, clients, devices, settings, round_)
     devices = np.asarray(devices, dtype=np.int64)
     rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
     lr, mu = settings.lr, problem.mu
@@ -154,6 +159,36 @@ def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, de
             if shift is not None:
                 v.add_(shift)
     return stacked[torch.from_numpy(np.argsort(order)).to(params.device)].mT.contiguous()
+
+
+def local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
+    """All devices' SGD at once for any model with `stacked_grads` (flat params, (K, P) stack).
+
+    Same plans and update rule as the loop; each step gathers the active devices' batches
+    (active, B, ...) and gets their gradients from one backward. A padded slot (sentinel row)
+    weighs 0 and the others 1 / (real samples in the batch): each device's batch-mean loss.
+    """
+    devices = np.asarray(devices, dtype=np.int64)
+    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
+    lr, mu = settings.lr, problem.mu
+    stacked = params.expand(len(devices), *params.shape).clone()
+    correction = None
+    if problem.correction is not None:
+        correction = problem.correction[torch.from_numpy(order).to(params.device)]
+    index_all = torch.from_numpy(rows).to(clients.x.device)
+    for step in range(int(steps[0]) if len(steps) else 0):
+        active = int(np.count_nonzero(steps > step))  # longest first: the active ones are a prefix
+        index = index_all[torch.from_numpy(first[:active] + step).to(index_all.device)]  # (active, B)
+        real = index != clients.sentinel
+        weight = real / real.sum(-1, keepdim=True).clamp(min=1)
+        w = stacked[:active]
+        grad = model.stacked_grads(w, clients.x[index], clients.y[index], weight.to(w.dtype))
+        if correction is not None:
+            grad = grad + correction[:active]
+        if mu:
+            grad = grad + mu * (w - params)
+        w -= lr * grad  # in place: updates the stack
+    return stacked[torch.from_numpy(np.argsort(order)).to(params.device)]
 
 
 def _stacked_plans(clients: Clients, devices, settings, round_):

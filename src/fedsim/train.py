@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pandas as pd
 import torch
@@ -44,6 +45,7 @@ from .data import FederatedDataset
 from .engine import ENGINES, Clients, SGDSettings
 from .methods import RoundContext, get_method
 from .metrics import COLUMNS, evaluate
+from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
@@ -133,6 +135,26 @@ def eval_sample(count: int | None, num_devices: int, seed: int) -> np.ndarray | 
     return np.sort(np.random.default_rng([seed, EVAL_STREAM]).choice(num_devices, size=count, replace=False))
 
 
+def make_model(dataset: FederatedDataset, dtype: torch.dtype, device: torch.device):
+    """The paper's model of a dataset: the LSTMs for Shakespeare and Sent140 (a file with an
+    `embedding` holds token ids), MCLR for everything else (synthetic, FEMNIST)."""
+    with h5py.File(dataset.path, "r") as f:
+        embedding = f["embedding"][:] if "embedding" in f else None
+    seq_len = int(dataset.feature_shape[0]) if len(dataset.feature_shape) == 1 else 0
+    if dataset.kind == "sent140" or embedding is not None:
+        return Sent140LSTM(torch.from_numpy(embedding).to(device, dtype), seq_len=seq_len)
+    if dataset.kind == "shakespeare":
+        return CharLSTM(num_classes=dataset.num_classes, seq_len=seq_len)
+    return MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
+
+
+def input_layout(model, dtype: torch.dtype) -> tuple[int, torch.dtype]:
+    """(width, dtype) of a sample as model input: ids for the LSTMs, features + 1 for MCLR."""
+    if hasattr(model, "input_dtype"):
+        return model.seq_len, model.input_dtype
+    return model.num_features + 1, dtype
+
+
 class RunData:
     """A run's view of its dataset file: the train split held in memory or read round by round
     (only the round's devices), and the (sampled) devices the metrics are computed on."""
@@ -140,9 +162,10 @@ class RunData:
     def __init__(self, config: RunConfig, dataset: FederatedDataset):
         self.dataset, self.device, self.dtype = dataset, _compute_device(config.device), DTYPES[config.dtype]
         self.threads = config.threads
-        self.model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
+        self.model = make_model(dataset, self.dtype, self.device)
+        self.width, self.input_dtype = input_layout(self.model, self.dtype)
         self.sizes = dataset.train_sizes
-        split_bytes = int(self.sizes.sum()) * (self.model.num_features + 1) * self.dtype.itemsize
+        split_bytes = int(self.sizes.sum()) * self.width * self.input_dtype.itemsize
         self.stream = config.load == "stream" or (config.load == "auto" and split_bytes > STREAM_ABOVE_BYTES)
         self.eval_ids = eval_sample(config.eval_devices, dataset.num_devices, config.seed)
         if self.stream and self.eval_ids is None and split_bytes > STREAM_ABOVE_BYTES:
@@ -162,7 +185,7 @@ class RunData:
         devices = None if devices is None else np.unique(devices)
         part = self.dataset.load(split, devices)
         n = len(part.y)
-        x = torch.empty(n + 1, self.model.num_features + 1, dtype=self.dtype)
+        x = torch.empty(n + 1, self.width, dtype=self.input_dtype)
         y = torch.empty(n + 1, dtype=torch.int64)
         with torch_threads(self.threads):
             self.model.prepare_inputs(torch.from_numpy(part.x), out=x[:n])

@@ -1,0 +1,90 @@
+"""Time one round of local SGD with the LSTM models: the batched (stacked) engine vs the per-device loop.
+
+    python benchmarks/lstm_round.py [--datasets shakespeare sent140] [--clients 10] [--epochs 20]
+                                    [--samples N] [--batch-size 10] [--threads 1] [--repeats 1]
+
+Data are random ids in each dataset's format (Shakespeare: 80 chars over 80 symbols; Sent140:
+25 ids into a random 300-d table of 5000 words), the paper's models at full size. K devices
+with ragged sizes drawn uniformly in [N/2, 3N/2] (default N: the paper's mean samples per
+device, 3616 and 53). The paper's setting (K=10, E=20) takes hours per Shakespeare round on
+a CPU: use --epochs / --samples to shrink it; the ratio is what to read.
+Prints s/round for each engine (best of --repeats) and loop / batched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop  # noqa: E402
+from fedsim.lstm import CharLSTM, Sent140LSTM  # noqa: E402
+from fedsim.methods import LocalProblem  # noqa: E402
+
+MEAN_SAMPLES = {"shakespeare": 3616, "sent140": 53}
+
+
+def make(dataset: str, clients: int, samples: int, device, seed=0):
+    rng = np.random.default_rng(seed)
+    if dataset == "shakespeare":
+        model, vocab = CharLSTM(), 80
+    else:
+        vocab = 5000
+        model = Sent140LSTM(torch.from_numpy(rng.normal(size=(vocab + 1, 300)).astype(np.float32)).to(device))
+    sizes = rng.integers(max(1, samples // 2), samples * 3 // 2 + 1, clients)
+    n = int(sizes.sum())
+    x = torch.from_numpy(rng.integers(0, vocab, (n, model.seq_len)).astype(np.int32))
+    y = torch.from_numpy(rng.integers(0, model.num_classes, n))
+    data = Clients.from_arrays(x.to(device), y.to(device), np.concatenate([[0], np.cumsum(sizes)]))
+    return model, data, sizes
+
+
+def timed(engine, *args, repeats=1) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        engine(*args)
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", nargs="+", default=["shakespeare", "sent140"], choices=list(MEAN_SAMPLES))
+    parser.add_argument("--clients", type=int, default=10)
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=None, help="mean samples per device")
+    parser.add_argument("--batch-size", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          "cpu" if args.device == "auto" else args.device)
+    for dataset in args.datasets:
+        samples = args.samples or MEAN_SAMPLES[dataset]
+        model, data, sizes = make(dataset, args.clients, samples, device)
+        params = model.init(torch.Generator().manual_seed(0)).to(device)
+        settings = SGDSettings(lr=0.1, epochs=args.epochs, batch_size=args.batch_size, seed=0)
+        problem, devices = LocalProblem(mu=0.0, correction=None), np.arange(args.clients)
+        steps = int(sum(args.epochs * -(-sizes // args.batch_size)))
+        call = (model, params, problem, data, devices, settings, 0)
+        batched = timed(local_sgd_batched, *call, repeats=args.repeats)
+        loop = timed(local_sgd_loop, *call, repeats=args.repeats)
+        print(f"{dataset}: K={args.clients} E={args.epochs} B={args.batch_size} samples/device~{samples} "
+              f"({steps} SGD steps, longest device {args.epochs * -(-sizes.max() // args.batch_size)}) on "
+              f"{device}, {args.threads} thread(s): batched {batched:.2f} s/round, loop {loop:.2f} s/round, "
+              f"loop/batched {loop / batched:.2f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()

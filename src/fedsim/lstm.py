@@ -1,0 +1,272 @@
+"""The LSTM models of the real datasets (Shakespeare, Sent140), as pure functions of (params, batch).
+
+Parameters are ONE flat vector per model, (P,), or a stack of K devices' models, (K, P): the
+methods' tensor arithmetic (averages, corrections, proximal terms) then works unchanged, and the
+model cuts the vector into views (`Layout`). Every function takes any leading device dims shared
+by params (..., P) and inputs (..., B, T): with a stack, each matmul is a batched matmul over the
+devices, and since the devices' losses only touch their own slice of the stack, the gradient of
+their sum with respect to the stack is every device's own gradient (one backward for K devices).
+
+Cells follow TensorFlow's BasicLSTMCell, as the reference code does: one kernel (in + hidden,
+4 hidden) over [x, h], gates (i, j, f, o), forget bias 1 added in the cell; kernels, dense
+layers and the character embedding start Glorot-uniform, biases zero (TF's variable default).
+Frozen inputs (Sent140's GloVe table) live on the model, not in the trainable vector.
+
+Full local gradients (FedDANE's first exchange, the dissimilarity metrics) follow the
+reference: on a device's first n_k samples if n_k < 50, else on its first 50 * min(n_k // 50, 4)
+samples (at most 4 batches of 50, in file order: deterministic).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+GRAD_BATCH, GRAD_BATCHES = 50, 4
+EVAL_FLOATS = 1 << 25   # gate activations per evaluation chunk (128 MiB in float32)
+GRAD_FLOATS = 1 << 22   # per gradient chunk: autograd keeps ~10 such tensors per layer
+
+
+class Layout:
+    """Named shapes packed into one flat vector, in order."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]):
+        self.shapes = shapes
+        self.size = sum(math.prod(s) for s in shapes.values())
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """(..., P) -> {name: (..., *shape)}, views sharing flat's memory (and autograd graph)."""
+        out, at = {}, 0
+        for name, shape in self.shapes.items():
+            n = math.prod(shape)
+            out[name] = flat[..., at:at + n].unflatten(-1, shape)
+            at += n
+        return out
+
+
+def _lstm_layer_shapes(inputs: int, hidden: int, layers: int) -> dict:
+    shapes = {}
+    for layer in range(layers):
+        shapes[f"lstm{layer}.kernel"] = (inputs + hidden, 4 * hidden)
+        shapes[f"lstm{layer}.bias"] = (4 * hidden,)
+        inputs = hidden
+    return shapes
+
+
+def _bias(b: torch.Tensor) -> torch.Tensor:
+    return b.unsqueeze(-2)  # (..., n) -> (..., 1, n): broadcasts over the batch rows
+
+
+def lstm_last(p: dict, seq: torch.Tensor, layers: int) -> torch.Tensor:
+    """Last hidden state of stacked BasicLSTM cells: seq (..., B, T, D) -> (..., B, H)."""
+    for layer in range(layers):
+        kernel, bias = p[f"lstm{layer}.kernel"], p[f"lstm{layer}.bias"]
+        d, lead = seq.shape[-1], kernel.shape[:-2]
+        # the input part of all T steps in one matmul: only h @ W_h is left to the time loop
+        xw = (seq.flatten(-3, -2) @ kernel[..., :d, :] + _bias(bias)).unflatten(-2, seq.shape[-3:-1])
+        w_h = kernel[..., d:, :]
+        hs = _Recurrence.apply(xw.reshape(-1, *xw.shape[-3:]), w_h.reshape(-1, *w_h.shape[-2:]))
+        seq = hs.view(*lead, *hs.shape[1:])
+    return seq[..., -1, :]
+
+
+class _Recurrence(torch.autograd.Function):
+    """The time loop of one LSTM layer with a hand-written backward (BPTT).
+
+    xw (G, B, T, 4H): input part + bias of every step's gates; w_h (G, H, 4H). Returns every
+    step's h, (G, B, T, H). Plain autograd would write one (H, 4H) weight gradient per time step
+    and add them up (memory-bound: measured ~10x the matmuls); here the loop only carries the
+    small per-step terms and W_h's gradient is ONE matmul over all steps at the end.
+    """
+
+    @staticmethod
+    def forward(ctx, xw, w_h):
+        xw = xw.permute(2, 0, 1, 3).contiguous()  # time first: every step reads and writes contiguously
+        t_len, g, b, four_h = xw.shape
+        hid = four_h // 4
+        w_dense = w_h.contiguous()  # a slice of the flat params: read every step, copied once
+        acts = torch.empty_like(xw)             # i, j, f, o after their nonlinearities
+        cs, hs = xw.new_empty(2, t_len, g, b, hid).unbind(0)
+        for t in range(t_len):
+            a = acts[t]
+            a.copy_(xw[t]) if t == 0 else torch.baddbmm(xw[t], hs[t - 1], w_dense, out=a)
+            a[..., :hid].sigmoid_()
+            a[..., hid:2 * hid].tanh_()
+            a[..., 2 * hid:3 * hid].add_(1.0).sigmoid_()  # forget bias 1, as BasicLSTMCell
+            a[..., 3 * hid:].sigmoid_()
+            i, j, f, o = a.chunk(4, -1)
+            torch.mul(i, j, out=cs[t])
+            if t > 0:
+                cs[t].addcmul_(f, cs[t - 1])
+            torch.mul(o, torch.tanh(cs[t]), out=hs[t])
+        ctx.save_for_backward(w_h, acts, cs, hs)
+        return hs.permute(1, 2, 0, 3)
+
+    @staticmethod
+    def backward(ctx, d_hs):
+        w_h, acts, cs, hs = ctx.saved_tensors
+        d_hs = d_hs.permute(2, 0, 1, 3)
+        t_len, hid = acts.shape[0], hs.shape[-1]
+        w_t = w_h.mT.contiguous()  # read every step: a dense copy makes the matmul faster (measured)
+        d_gates = torch.empty_like(acts)
+        d_h = d_c = None
+        for t in reversed(range(t_len)):
+            i, j, f, o = acts[t].chunk(4, -1)
+            tc = torch.tanh(cs[t])
+            dh = d_hs[t] if d_h is None else d_hs[t] + d_h
+            dc = dh * o * (1 - tc * tc)
+            if d_c is not None:
+                dc += d_c
+            dg = d_gates[t]
+            torch.mul(dc * j, i * (1 - i), out=dg[..., :hid])
+            torch.mul(dc * i, 1 - j * j, out=dg[..., hid:2 * hid])
+            if t > 0:
+                torch.mul(dc * cs[t - 1], f * (1 - f), out=dg[..., 2 * hid:3 * hid])
+            else:
+                dg[..., 2 * hid:3 * hid] = 0  # c_{-1} = 0
+            torch.mul(dh * tc, o * (1 - o), out=dg[..., 3 * hid:])
+            d_c = dc * f
+            d_h = torch.bmm(dg, w_t)
+        # sum over steps of h_{t-1}^T dgates_t, as one matmul (h_{-1} = 0: step 0 adds nothing)
+        d_w_h = torch.einsum("tgbh,tgbk->ghk", hs[:-1], d_gates[1:])
+        return d_gates.permute(1, 2, 0, 3), d_w_h
+
+
+def dense(p: dict, name: str, x: torch.Tensor) -> torch.Tensor:
+    return x @ p[f"{name}.kernel"] + _bias(p[f"{name}.bias"])
+
+
+class _LSTMModel:
+    """What both LSTMs share: init, losses, chunked evaluation, approximate full gradients."""
+
+    layout: Layout
+    seq_len: int
+    hidden: int
+    input_dtype = torch.int32  # token / char ids, as model inputs
+
+    def init(self, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+        params = torch.zeros(self.layout.size, dtype=dtype)
+        for name, view in self.layout.views(params).items():
+            if view.dim() == 2:  # kernels and embedding: Glorot-uniform; biases stay zero
+                limit = math.sqrt(6.0 / sum(view.shape))
+                u = torch.rand(view.shape, generator=generator, dtype=torch.float64)
+                view.copy_((2 * u - 1) * limit)
+        return params
+
+    @staticmethod
+    def prepare_inputs(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return x.to(torch.int32) if out is None else out.copy_(x)
+
+    def loss(self, params, x, y) -> torch.Tensor:
+        return self.sample_losses(params, x, y).mean()
+
+    def stats(self, params, x, y) -> tuple[float, float]:
+        """Mean loss and accuracy over all rows, in chunks that bound the activations' memory."""
+        rows = max(1, EVAL_FLOATS // (self.seq_len * 4 * self.hidden))
+        loss = correct = 0.0
+        with torch.no_grad():
+            for start in range(0, len(y), rows):
+                xb, yb = x[start:start + rows], y[start:start + rows]
+                logits = self.logits(params, xb)
+                loss += self._losses(logits, yb).sum().item()
+                correct += self._correct(logits, yb).sum().item()
+        n = max(len(y), 1)
+        return loss / n, correct / n
+
+    def sample_losses(self, params, x, y) -> torch.Tensor:
+        return self._losses(self.logits(params, x), y)
+
+    def device_grads(self, params: torch.Tensor, x, y, offsets, logits=None) -> torch.Tensor:
+        """Approximate full local gradients (see the module docstring), one per device: (devices, P).
+
+        Devices' samples are boxed (G, M) with padded slots weighted 0; a chunk of G devices
+        runs as one stacked forward/backward at G copies of params.
+        """
+        offsets = np.asarray(offsets)
+        sizes = np.diff(offsets)
+        used = np.where(sizes < GRAD_BATCH, sizes, GRAD_BATCH * np.minimum(sizes // GRAD_BATCH, GRAD_BATCHES))
+        grads = params.new_zeros(len(sizes), self.layout.size)
+        budget = max(1, GRAD_FLOATS // (self.seq_len * 4 * self.hidden))
+        width = max(int(used.max(initial=0)), 1)
+        per_chunk = max(1, budget // width)
+        for lo in range(0, len(sizes), per_chunk):
+            hi = min(lo + per_chunk, len(sizes))
+            if used[lo:hi].sum() == 0:
+                continue
+            slot = np.arange(width)
+            real = slot < used[lo:hi, None]
+            index = torch.from_numpy(np.where(real, offsets[lo:hi, None] + slot, 0)).to(x.device)
+            weight = torch.from_numpy(real / np.maximum(used[lo:hi, None], 1)).to(params)
+            grads[lo:hi] = self.stacked_grads(params.expand(hi - lo, -1), x[index], y[index], weight)
+        return grads
+
+    def stacked_grads(self, stacked, x, y, weight) -> torch.Tensor:
+        """Gradients of sum_b weight[k, b] loss(stacked[k]; x[k, b], y[k, b]), per device: (K, P)."""
+        leaf = stacked.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            loss = (self.sample_losses(leaf, x, y) * weight).sum()
+            (grad,) = torch.autograd.grad(loss, leaf)
+        return grad
+
+
+class CharLSTM(_LSTMModel):
+    """Shakespeare: char embedding 8, 2-layer LSTM 256, next char over 80 symbols (last step's logits)."""
+
+    name = "char_lstm"
+
+    def __init__(self, num_classes=80, seq_len=80, embed=8, hidden=256, layers=2):
+        self.num_classes, self.seq_len, self.hidden, self.layers = num_classes, seq_len, hidden, layers
+        self.layout = Layout({"embed": (num_classes, embed), **_lstm_layer_shapes(embed, hidden, layers),
+                              "out.kernel": (hidden, num_classes), "out.bias": (num_classes,)})
+
+    def logits(self, params, x) -> torch.Tensor:
+        p = self.layout.views(params)
+        return dense(p, "out", lstm_last(p, _lookup(p["embed"], x), self.layers))
+
+    @staticmethod
+    def _losses(logits, y):
+        return F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
+
+    @staticmethod
+    def _correct(logits, y):
+        return logits.argmax(-1) == y
+
+
+class Sent140LSTM(_LSTMModel):
+    """Sent140: frozen GloVe embedding, 2-layer LSTM 100, dense 30 (ReLU), 1 logit (binary CE)."""
+
+    name = "sent140_lstm"
+    num_classes = 2
+
+    def __init__(self, embedding: torch.Tensor, seq_len=25, hidden=100, dense=30, layers=2):
+        self.embedding = embedding  # (V + 1, dim), frozen: not in the trainable vector
+        self.seq_len, self.hidden, self.layers = seq_len, hidden, layers
+        self.layout = Layout({**_lstm_layer_shapes(embedding.shape[1], hidden, layers),
+                              "fc.kernel": (hidden, dense), "fc.bias": (dense,),
+                              "out.kernel": (dense, 1), "out.bias": (1,)})
+
+    def logits(self, params, x) -> torch.Tensor:
+        p = self.layout.views(params)
+        h = lstm_last(p, F.embedding(x.long(), self.embedding), self.layers)
+        return dense(p, "out", torch.relu(dense(p, "fc", h))).squeeze(-1)
+
+    @staticmethod
+    def _losses(logits, y):
+        return F.binary_cross_entropy_with_logits(logits, y.to(logits.dtype), reduction="none")
+
+    @staticmethod
+    def _correct(logits, y):
+        return (logits > 0) == y.bool()
+
+
+def _lookup(table: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """Rows of a (possibly stacked) table: table (..., V, e), ids (..., B, T) -> (..., B, T, e)."""
+    lead, (v, e) = table.shape[:-2], table.shape[-2:]
+    if not lead:
+        return F.embedding(ids.long(), table)
+    # one gather over the devices' tables laid end to end
+    shift = torch.arange(math.prod(lead), device=ids.device).view(*lead, 1, 1) * v
+    return table.reshape(-1, e)[ids.long() + shift]

@@ -1,0 +1,142 @@
+"""The LSTM models: gradients, batched == per-device engine, device_grads, runs on tiny LEAF-format files."""
+
+import numpy as np
+import pytest
+import torch
+
+from fedsim import lstm
+from fedsim.data import write_dataset
+from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
+from fedsim.lstm import CharLSTM, Sent140LSTM
+from fedsim.methods import LocalProblem
+from fedsim.train import RunConfig, run
+
+SIZES = [1, 7, 12, 23, 4]  # ragged devices
+
+
+def tiny_char(dtype=torch.float64):
+    return CharLSTM(num_classes=6, seq_len=5, embed=3, hidden=4)
+
+
+def tiny_sent(dtype=torch.float64, vocab=9):
+    table = torch.randn(vocab + 1, 4, generator=torch.Generator().manual_seed(2), dtype=dtype)
+    table[-1] = 0  # unknown / padding word
+    return Sent140LSTM(table, seq_len=5, hidden=4, dense=3)
+
+
+def tiny_inputs(model, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.num_classes if isinstance(model, CharLSTM) else len(model.embedding)
+    x = torch.randint(0, vocab, (n, model.seq_len), generator=g, dtype=torch.int32)
+    return x, torch.randint(0, model.num_classes, (n,), generator=g)
+
+
+def params_of(model, dtype=torch.float64):
+    return model.init(torch.Generator().manual_seed(1), dtype)
+
+
+@pytest.mark.parametrize("make", [tiny_char, tiny_sent])
+def test_gradients_match_finite_differences(make):
+    model = make()
+    params = params_of(model) + 0.1 * torch.randn(model.layout.size, dtype=torch.float64)  # nonzero biases
+    x, y = tiny_inputs(model, 6)
+    eps, numeric = 1e-6, torch.zeros_like(params)
+    for i in range(len(params)):
+        step = torch.zeros_like(params)
+        step[i] = eps
+        numeric[i] = (model.loss(params + step, x, y) - model.loss(params - step, x, y)) / (2 * eps)
+    w = params.clone().requires_grad_(True)
+    (autograd,) = torch.autograd.grad(model.loss(w, x, y), w)
+    torch.testing.assert_close(autograd, numeric, rtol=1e-6, atol=1e-8)
+
+
+@pytest.mark.parametrize("make", [tiny_char, tiny_sent])
+def test_stacked_forward_equals_per_device(make):
+    model = make()
+    stack = torch.stack([params_of(model), params_of(model) * 0.5])
+    x, y = tiny_inputs(model, 6)
+    stacked = model.logits(stack, x.view(2, 3, -1))
+    single = torch.stack([model.logits(stack[k], x.view(2, 3, -1)[k]) for k in range(2)])
+    torch.testing.assert_close(stacked, single, rtol=0, atol=1e-12)
+
+
+def tiny_clients(model, sizes=SIZES):
+    x, y = tiny_inputs(model, sum(sizes), seed=3)
+    return Clients.from_arrays(x, y, np.concatenate([[0], np.cumsum(sizes)]))
+
+
+@pytest.mark.parametrize("make", [tiny_char, tiny_sent])
+@pytest.mark.parametrize("batch_size", [1, 5])
+def test_batched_engine_equals_per_device_loop(make, batch_size):
+    """A whole round on ragged devices, in a shuffled device order, correction and proximal terms on."""
+    model = make()
+    clients, params = tiny_clients(model), params_of(model)
+    devices = np.array([2, 0, 4, 3, 1])
+    correction = 0.05 * torch.randn(len(devices), len(params), generator=torch.Generator().manual_seed(3),
+                                    dtype=torch.float64)
+    problem = LocalProblem(mu=0.2, correction=correction)
+    settings = SGDSettings(lr=0.3, epochs=3, batch_size=batch_size, seed=11)
+    batched = local_sgd_batched(model, params, problem, clients, devices, settings, 4)
+    loop = local_sgd_loop(model, params, problem, clients, devices, settings, 4)
+    assert batched.shape == (len(devices), len(params))
+    assert (batched != params).any(dim=1).all()
+    torch.testing.assert_close(batched, loop, rtol=0, atol=1e-6)
+
+
+def test_device_grads_use_at_most_four_batches_of_fifty(monkeypatch):
+    model = tiny_char()
+    sizes = [30, 120, 260]  # all of them; the first 100; the first 200
+    clients, params = tiny_clients(model, sizes), params_of(model)
+    x, y = clients.x[:-1], clients.y[:-1]
+    monkeypatch.setattr(lstm, "GRAD_FLOATS", 1)  # one device per chunk: chunking changes nothing
+    grads = model.device_grads(params, x, y, clients.offsets)
+    for k, used in enumerate([30, 100, 200]):
+        w = params.clone().requires_grad_(True)
+        rows = slice(int(clients.offsets[k]), int(clients.offsets[k]) + used)
+        (expected,) = torch.autograd.grad(model.loss(w, x[rows], y[rows]), w)
+        torch.testing.assert_close(grads[k], expected, rtol=0, atol=1e-12)
+
+
+def test_chunked_stats_equal_one_pass(monkeypatch):
+    model = tiny_sent()
+    clients, params = tiny_clients(model), params_of(model)
+    x, y = clients.x[:-1], clients.y[:-1]
+    whole = model.stats(params, x, y)
+    monkeypatch.setattr(lstm, "EVAL_FLOATS", 1)  # one row per chunk
+    assert model.stats(params, x, y) == pytest.approx(whole, rel=1e-12)
+
+
+def write_leaf_like(path, kind, devices=4, per_device=30, seed=0):
+    """A tiny file in the Shakespeare (uint8 chars) or Sent140 (int32 ids + embedding) format."""
+    rng = np.random.default_rng(seed)
+    classes, seq, dtype, vocab = (80, 80, np.uint8, 80) if kind == "shakespeare" else (2, 25, np.int32, 20)
+    n = devices * per_device
+    x = rng.integers(0, vocab, (n, seq)).astype(dtype)
+    y = (x[:, -1] % classes).astype(np.int64)  # learnable: the label is a function of the last token
+    train = np.arange(n) % per_device < per_device * 3 // 4
+    offsets = [np.arange(devices + 1) * c for c in (per_device * 3 // 4, per_device - per_device * 3 // 4)]
+    write_dataset(path, name=f"tiny-{kind}", kind=kind, num_classes=classes,
+                  clients=[f"d{k}" for k in range(devices)], train_x=x[train], train_y=y[train],
+                  train_offsets=offsets[0], test_x=x[~train], test_y=y[~train], test_offsets=offsets[1],
+                  provenance={})
+    if kind == "sent140":  # as fedsim.leaf.common.write_partition stores `extras`
+        import h5py
+        with h5py.File(path, "r+") as f:
+            emb = rng.normal(size=(vocab + 1, 300)).astype(np.float32)
+            emb[-1] = 0
+            f.create_dataset("embedding", data=emb, track_times=False)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind, lr", [("shakespeare", 0.8), ("sent140", 0.3)])
+def test_few_round_runs_decrease_the_loss(tmp_path, kind, lr):
+    """The paper's models at full size (LSTM 256 / 100) on a few samples: small and slow enough."""
+    data = write_leaf_like(tmp_path / f"{kind}.h5", kind, per_device=12 if kind == "shakespeare" else 30)
+    for method, mu in [("fedavg", 0.0), ("feddane", 0.01)]:
+        config = RunConfig(data=data, method=method, mu=mu, clients_per_round=2, epochs=1, batch_size=10,
+                           lr=lr, rounds=3, second_subset="same")
+        metrics, record = run(config)
+        assert len(metrics) == 4 and np.isfinite(metrics[["train_loss", "b_dissimilarity"]].values).all()
+        if method == "fedavg":
+            assert metrics.train_loss.iloc[-1] < metrics.train_loss.iloc[0]
+        assert record["result"]["diverged_round"] is None
