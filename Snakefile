@@ -1,5 +1,5 @@
 # Reproduces "FedDANE: A Federated Newton-Type Method" (Li et al., 2019) with fedsim.
-#   snakemake --cores 4            # the default run: config/config.yaml
+#   snakemake --cores 2            # the default run (config/config.yaml): Figures 1-3, synthetic
 #   snakemake --report report.html # after a run: figures and tables with captions
 # The rules live in workflow/rules/; every path is built in workflow/rules/common.smk.
 

@@ -17,6 +17,7 @@ from tiny import tiny_dataset
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROUNDS = 40
+KILLED_ROUNDS = 300  # long enough that the kill lands mid-run even on an idle machine
 
 
 @pytest.fixture(scope="module")
@@ -52,13 +53,13 @@ print(record["result"]["resumed_from_round"])
 
 def start_training(data, folder):
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    script = TRAIN_SCRIPT.format(rounds=ROUNDS)
+    script = TRAIN_SCRIPT.format(rounds=KILLED_ROUNDS)
     return subprocess.Popen([sys.executable, "-c", script, data, str(folder)], env=env,
                             stdout=subprocess.PIPE, text=True)
 
 
 def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path):
-    reference, _ = metrics_bytes(config(data), tmp_path)
+    reference, _ = metrics_bytes(config(data, rounds=KILLED_ROUNDS), tmp_path)
 
     folder = tmp_path / "killed"
     folder.mkdir()
@@ -68,6 +69,7 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path):
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
         time.sleep(0.01)
     time.sleep(random.uniform(0, 0.3))  # ...then kill it at a random later moment
+    assert proc.poll() is None, "the run finished before it could be killed: make ROUNDS larger"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert not (folder / "run.json").exists()

@@ -91,31 +91,48 @@ def test_lint_is_clean():
     assert "Lints for" not in out
 
 
+# The default DAG before tuning: Figure 1's 4 datasets x (FedAvg, FedProx, 5 FedDANE mu);
+# Figure 2's FedAvg and FedProx on 3 datasets at K = 1, 5, 30 (K = 10 is Figure 1's);
+# Figure 3's FedAvg and FedProx on 4 datasets at K = 30, E = 1; all of it per seed.
+# FedDANE's runs of Figures 2 and 3 join once `tune` has chosen Figure 1's mu.
+SEEDS = 2
+STATIC_TRAIN = SEEDS * (4 * 7 + 3 * 3 * 2 + 4 * 2)
+AFTER_TUNING_TRAIN = SEEDS * (3 * 3 + 4)
+
+
 def test_default_dag_dry_run(tmp_path):
     workdir = copy_workflow(tmp_path / "wf")
     code, out = snakemake(workdir, "--dry-run", "--printshellcmds", "--cores", "4")
     assert code == 0, out
+    assert default_config()["seeds"] == list(range(SEEDS))
     assert job_counts(out) == {
         "generate_synthetic": 4,
-        "train": 4 * (1 + 1 + 5),
+        "train": STATIC_TRAIN,
         "tune": 1,
         "summarise": 1,
-        "figure": 1,
+        "figure": 3,
+        "tuning_figure": 1,
         "all": 1,
-        "total": 36,
+        "total": STATIC_TRAIN + 11,
     }
     # paths: canonical mu text, one folder per run
     for expected in (
         "results/datasets/synthetic_0.5_0.5.h5",
         "results/runs/synthetic_iid/fedavg/mu0_K10_E20_seed0/metrics.csv",
-        "results/runs/synthetic_0_0/fedprox/mu1_K10_E20_seed0/run.json",
+        "results/runs/synthetic_0_0/fedprox/mu1_K10_E20_seed1/run.json",
         "results/runs/synthetic_1_1/feddane/mu0.001_K10_E20_seed0/run.json",
+        "results/runs/synthetic_0.5_0.5/fedavg/mu0_K1_E20_seed1/run.json",
+        "results/runs/synthetic_1_1/fedprox/mu1_K30_E1_seed0/run.json",
         "results/summary/runs.csv",
         "results/summary/tuned_mu.csv",
-        "results/figures/figure1.pdf",
-        "results/figures/figure1.png",
+        "results/figures/tuning.png",
     ):
         assert expected in out, expected
+    for name in ("figure1", "figure2", "figure3"):
+        for suffix in ("", "_test_acc"):
+            for ext in ("pdf", "png"):
+                assert f"results/figures/{name}{suffix}.{ext}" in out
+    assert "synthetic_1_1/fedavg/mu0_K1_E20" not in out  # Figure 2 leaves out (1,1)
     # the paper's hyper-parameters reach the package CLI
     assert re.search(
         r"python -m fedsim train --data results/datasets/synthetic_iid\.h5 --method fedprox"
@@ -123,6 +140,30 @@ def test_default_dag_dry_run(tmp_path):
         r" --seed 0 --selection uniform --second-subset independent",
         out,
     ), out
+
+
+def test_per_setting_tuning_runs_the_grid_everywhere(tmp_path):
+    """tuning.per_setting: every experiment runs FedDANE's whole grid; nothing waits for tuning."""
+    workdir = copy_workflow(tmp_path / "wf")
+    cfg = default_config()
+    cfg["tuning"]["per_setting"] = True
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--dry-run", "--cores", "1")
+    assert code == 0, out
+    assert job_counts(out)["train"] == STATIC_TRAIN + SEEDS * 5 * (3 * 3 + 4)
+    assert "mu0.1_K1_E20_seed1" in out and "mu0.001_K30_E1_seed0" in out
+
+
+def test_rounds_of_an_experiment_get_their_own_runs(tmp_path):
+    workdir = copy_workflow(tmp_path / "wf")
+    cfg = default_config()
+    cfg["experiments"] = {"short": dict(cfg["experiments"]["figure1"], rounds=20, seeds=[3])}
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--dry-run", "--printshellcmds", "--cores", "1")
+    assert code == 0, out
+    assert job_counts(out)["train"] == 4 * 7
+    assert "results/runs/synthetic_iid/feddane/mu0.1_K10_E20_T20_seed3/run.json" in out
+    assert "--rounds 20 --seed 3" in out and "--rounds 200" not in out
 
 
 def test_mu_paths_are_canonical(tmp_path):
@@ -153,7 +194,7 @@ def test_shared_runs_are_trained_once(tmp_path):
     write_config(workdir, cfg)
     code, out = snakemake(workdir, "--dry-run", "--cores", "1")
     assert code == 0, out
-    assert job_counts(out)["train"] == 28
+    assert job_counts(out)["train"] == STATIC_TRAIN
 
 
 # ---------------------------------------------------------------------------------------
@@ -189,6 +230,38 @@ def _number_as_text(cfg):
     cfg["tuning"]["fraction"] = "1e-1"
 
 
+def _both_k_keys(cfg):
+    cfg["experiments"]["figure3"]["clients_per_round"] = 30
+
+
+def _no_k_key(cfg):
+    del cfg["experiments"]["figure1"]["clients_per_round"]
+
+
+def _bad_fraction(cfg):
+    cfg["experiments"]["figure3"]["clients_fraction"] = {"default": 1.5}
+
+
+def _no_fraction(cfg):
+    cfg["experiments"]["figure3"]["clients_fraction"] = {"femnist": 0.5}
+
+
+def _unknown_mu_source(cfg):
+    cfg["experiments"]["figure2"]["mu_from"] = "figure9"
+
+
+def _ambiguous_mu_source(cfg):
+    cfg["experiments"]["figure1"]["clients_per_round"] = [5, 10]
+
+
+def _reserved_name(cfg):
+    cfg["experiments"]["tuning"] = cfg["experiments"].pop("figure3")
+
+
+def _bad_x_axis(cfg):
+    cfg["figures"] = {"x_axis": "seconds"}
+
+
 @pytest.mark.parametrize(
     "change, key_path, problem",
     [
@@ -199,6 +272,14 @@ def _number_as_text(cfg):
         (_too_many_clients, "experiments.figure1.clients_per_round", "31 is more than the 30 devices"),
         (_missing_key, "datasets.synthetic_0_0.lr", "required key is missing"),
         (_number_as_text, "tuning.fraction", "is not of type 'number'"),
+        (_both_k_keys, "experiments.figure3.clients_fraction", "one of clients_per_round, clients_fraction"),
+        (_no_k_key, "experiments.figure1.clients_per_round", "one of clients_per_round, clients_fraction"),
+        (_bad_fraction, "experiments.figure3.clients_fraction.default", "1.5 is greater than the maximum of 1"),
+        (_no_fraction, "experiments.figure3.clients_fraction", "no fraction for synthetic_iid"),
+        (_unknown_mu_source, "experiments.figure2.mu_from", "'figure9' is not another experiment"),
+        (_ambiguous_mu_source, "experiments.figure2.mu_from", "tunes several K or E"),
+        (_reserved_name, "experiments.tuning", "reserved name"),
+        (_bad_x_axis, "figures.x_axis", "'seconds' is not one of"),
     ],
     ids=lambda v: v.__name__.strip("_") if callable(v) else None,
 )
@@ -241,6 +322,11 @@ needs_cli = pytest.mark.skipif(
 TINY_DATASETS = ["synthetic_iid", "synthetic_1_1"]
 TINY_METHODS = ["fedavg", "fedprox", "feddane"]
 TINY_GRID = [0, 1]
+TINY_SEEDS = [0, 1]  # Figure 1's; the others use the top-level seeds: [0]
+# Figure 1: every (method, mu) x 2 seeds; Figure 2 adds K = 1 (K = 3 is Figure 1's, seed 0);
+# Figure 3 adds K = 8 (all devices), E = 2. Figures 2 and 3 run FedDANE at Figure 1's mu.
+TINY_RUNS = len(TINY_DATASETS) * ((2 + len(TINY_GRID)) * len(TINY_SEEDS) + 3 + 3)
+FIGURES = ["figure1", "figure2", "figure3"]
 
 
 def tiny_config():
@@ -248,15 +334,13 @@ def tiny_config():
     cfg["synthetic"]["devices"] = 8
     cfg["datasets"] = {name: dict(cfg["datasets"][name], rounds=5) for name in TINY_DATASETS}
     cfg["tuning"]["mu_grid"] = TINY_GRID
+    cfg["seeds"] = [0]
+    common = {"datasets": TINY_DATASETS, "methods": TINY_METHODS, "epochs": 1}
     cfg["experiments"] = {
-        "figure1": {
-            "figure": "figure1",
-            "datasets": TINY_DATASETS,
-            "methods": TINY_METHODS,
-            "clients_per_round": 3,
-            "epochs": 1,
-            "seeds": [0],
-        }
+        "figure1": {"figure": "figure1", **common, "clients_per_round": 3, "seeds": TINY_SEEDS},
+        "figure2": {"figure": "figure2", **common, "clients_per_round": [1, 3], "mu_from": "figure1"},
+        "figure3": {"figure": "figure3", **common, "clients_fraction": {"default": 1.0}, "epochs": 2,
+                    "mu_from": "figure1"},
     }
     return cfg
 
@@ -270,40 +354,50 @@ def tiny_run(tmp_path_factory):
     return workdir
 
 
+def read_csv(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 @needs_cli
 def test_tiny_real_run(tiny_run):
     results = tiny_run / "results"
     for name in TINY_DATASETS:
         assert (results / "datasets" / f"{name}.h5").is_file()
-    with open(results / "summary" / "runs.csv", newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    runs_per_dataset = 1 + 1 + len(TINY_GRID)
-    assert len(rows) == len(TINY_DATASETS) * runs_per_dataset
+    rows = read_csv(results / "summary" / "runs.csv")
+    assert len(rows) == TINY_RUNS  # every seed, every experiment, shared runs once
     for column in ("dataset", "method", "mu", "clients_per_round", "epochs", "seed", "final_train_loss"):
         assert column in rows[0], column
     assert {(r["dataset"], r["method"]) for r in rows} == {
         (d, m) for d in TINY_DATASETS for m in TINY_METHODS
     }
-    assert {r["clients_per_round"] for r in rows} == {"3"}
-    assert {r["epochs"] for r in rows} == {"1"}
-    assert (results / "summary" / "tuned_mu.csv").is_file()
-    with open(results / "summary" / "tuned_mu.csv", newline="") as handle:
-        assert len(list(csv.DictReader(handle))) == len(TINY_DATASETS)
-    assert (results / "figures" / "figure1.png").stat().st_size > 0
-    assert (results / "figures" / "figure1.pdf").stat().st_size > 0
+    assert {(r["clients_per_round"], r["epochs"]) for r in rows} == {("3", "1"), ("1", "1"), ("8", "2")}
+    assert {r["seed"] for r in rows if r["clients_per_round"] == "3"} == {"0", "1"}
+    # Figures 2 and 3 run FedDANE at the mu tuned for the dataset in Figure 1, only
+    tuned = read_csv(results / "summary" / "tuned_mu.csv")
+    assert len(tuned) == len(TINY_DATASETS)
+    chosen = {row["dataset"]: float(row["chosen_mu"]) for row in tuned}
+    for row in rows:
+        if row["method"] == "feddane" and row["clients_per_round"] != "3":
+            assert float(row["mu"]) == chosen[row["dataset"]], row
+    for name in FIGURES + [f"{f}_test_acc" for f in FIGURES] + ["tuning"]:
+        for ext in ("png", "pdf"):
+            assert (results / "figures" / f"{name}.{ext}").stat().st_size > 0, name
     for name in TINY_DATASETS:
-        run = results / "runs" / name / "feddane" / "mu1_K3_E1_seed0"
+        run = results / "runs" / name / "feddane" / "mu1_K3_E1_seed1"
         assert (run / "metrics.csv").is_file() and (run / "run.json").is_file()
-    assert (tiny_run / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K3_E1_seed0.log").is_file()
-    assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K3_E1_seed0.tsv").is_file()
+    assert (tiny_run / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
+    assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K1_E1_seed0.tsv").is_file()
     # up to date afterwards
     code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
     assert code == 0 and "Nothing to be done" in out, out
-    # the report collects the figure and the two tables
+    # the report collects every figure and the two tables
     code, out = snakemake(tiny_run, "--report", "report.html")
     assert code == 0, out
     assert (tiny_run / "report.html").stat().st_size > 0
-    for name in ("figure1.png", "runs.csv", "tuned_mu.csv"):
+    for name in [f"{f}.png" for f in FIGURES] + [f"{f}_test_acc.png" for f in FIGURES]:
+        assert f"Adding {name}" in out, out
+    for name in ("tuning.png", "runs.csv", "tuned_mu.csv"):
         assert f"Adding {name}" in out, out
 
 
@@ -316,9 +410,10 @@ def test_changing_the_grid_reruns_only_new_runs(tiny_run, tmp_path):
     code, out = snakemake(tiny_run, "--dry-run", "--cores", "1", "--configfile", str(other))
     assert code == 0, out
     counts = job_counts(out)
-    assert counts["train"] == len(TINY_DATASETS)  # FedDANE at mu = 0.5 only
+    # FedDANE at mu = 0.5 in Figure 1 (Figures 2 and 3 follow if tuning then picks 0.5)
+    assert counts["train"] == len(TINY_DATASETS) * len(TINY_SEEDS)
     assert "generate_synthetic" not in counts
-    assert "mu0.5_K3_E1_seed0" in out
+    assert "mu0.5_K3_E1_seed1" in out
 
 
 @needs_cli
@@ -329,7 +424,8 @@ def test_changing_a_method_setting_reruns_its_runs(tiny_run, tmp_path):
     other.write_text(yaml.safe_dump(cfg))
     code, out = snakemake(tiny_run, "--dry-run", "--cores", "1", "--configfile", str(other))
     assert code == 0, out
-    assert job_counts(out)["train"] == 1 + 1 + len(TINY_GRID)  # every run of that dataset
+    # every run of that dataset known before tuning (FedDANE's of Figures 2 and 3 follow it)
+    assert job_counts(out)["train"] == (2 + len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2
     assert "generate_synthetic" not in job_counts(out)
 
 
@@ -351,7 +447,8 @@ def test_code_changes_rerun_what_they_touch(tiny_run):
         code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
         assert code == 0, out
         counts = job_counts(out)
-        assert counts["train"] == len(TINY_DATASETS) * len(TINY_GRID)
+        # the tuning runs; Figures 2 and 3's FedDANE runs follow once tuning has rerun
+        assert counts["train"] == len(TINY_DATASETS) * len(TINY_GRID) * len(TINY_SEEDS)
         assert "generate_synthetic" not in counts
         assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
     finally:

@@ -5,6 +5,8 @@
     python -m fedsim summarise --out runs.csv RUN_JSON...
     python -m fedsim tune --method feddane --fraction 0.1 --out tuned_mu.csv RUN_JSON...
     python -m fedsim figure1 --tuned tuned_mu.csv --out figure1.pdf RUN_JSON...
+    python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
+    python -m fedsim tuning-figure --tuned tuned_mu.csv --fraction 0.1 --out tuning.pdf RUN_JSON...
 
 Errors in the input end the command with one line naming the bad value (exit code 2).
 """
@@ -51,12 +53,21 @@ def _tune(args) -> None:
     write_csv(args.out, tune(args.runs, args.method, args.fraction))
 
 
-def _figure1(args) -> None:
+def _figure(args) -> None:
     import pandas as pd
 
-    from .figures import figure1
+    from .figures import experiment_figure
 
-    figure1(args.runs, pd.read_csv(args.tuned), args.out)
+    tuned = pd.read_csv(args.tuned) if args.tuned else None
+    experiment_figure(args.runs, tuned, args.out, metric=args.metric, x_axis=args.x_axis)
+
+
+def _tuning_figure(args) -> None:
+    import pandas as pd
+
+    from .figures import tuning_figure
+
+    tuning_figure(args.runs, pd.read_csv(args.tuned), args.out, args.fraction, args.method)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,11 +119,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+")
     p.set_defaults(func=_tune)
 
-    p = sub.add_parser("figure1", help="Figure 1: training loss vs rounds per dataset")
-    p.add_argument("--tuned", required=True, help="tuned_mu.csv")
+    figures = {"figure1": "Figure 1: FedAvg, FedProx, FedDANE per dataset (K = 10, E = 20)",
+               "figure2": "Figure 2: participation, one row per dataset, one column per K",
+               "figure3": "Figure 3: E = 1 and many devices per round, one panel per dataset"}
+    for name, help_text in figures.items():
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--tuned", help="tuned_mu.csv: shows FedDANE at the chosen mu where the runs hold several")
+        p.add_argument("--metric", choices=["train_loss", "test_acc"], default="train_loss")
+        p.add_argument("--x-axis", choices=["rounds", "communication_rounds"], default="rounds",
+                       help="communication_rounds counts FedDANE's two per round")
+        p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
+        p.add_argument("runs", nargs="+")
+        p.set_defaults(func=_figure)
+
+    p = sub.add_parser("tuning-figure", help="FedDANE's tail training loss against mu, per dataset")
+    p.add_argument("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)")
+    p.add_argument("--method", default="feddane")
+    p.add_argument("--fraction", type=float, default=0.1)
     p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
     p.add_argument("runs", nargs="+")
-    p.set_defaults(func=_figure1)
+    p.set_defaults(func=_tuning_figure)
     return parser
 
 

@@ -2,6 +2,8 @@
 
 Each curve is the mean over the seeds of a setting, with a min-max band when there are
 several; a run that diverged ends in a cross at the round where its loss left the reals.
+A curve that leaves the plotted range (a diverging FedDANE) ends in a triangle at the top
+edge instead of squashing the other curves.
 """
 
 from __future__ import annotations
@@ -12,14 +14,20 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .atomic import atomic_path  # noqa: E402
+from .summary import tuning_scores  # noqa: E402
 from .train import read_run  # noqa: E402
 
 LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddane": "FedDANE"}
 COLORS = {"fedavg": "tab:blue", "fedprox": "tab:green", "feddane": "tab:red"}
+METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
+X_AXES = {"rounds": ("round", "# rounds"),
+          "communication_rounds": ("communication_rounds", "# communication rounds")}
+TUNED = "feddane"
 
 
 def _provenance(record: dict) -> dict:
@@ -46,52 +54,166 @@ def load_runs(info_paths) -> list[tuple[pd.DataFrame, dict]]:
     return [read_run(p) for p in info_paths]
 
 
-def _curve(ax, runs, column: str, label: str, color: str) -> None:
-    """Mean over seeds with a min-max band; the rounds where every seed still ran."""
-    frames = [m.set_index("round")[column] for m, _ in runs]
+def setting(record: dict) -> tuple:
+    """What a panel shows: (dataset, K, E, rounds); methods, mu and seeds vary inside it."""
+    c = record["config"]
+    return (record["dataset"]["name"], c["clients_per_round"], c["epochs"], c["rounds"])
+
+
+def _curve(ax, runs, column: str, label: str, color: str, x: str = "round"):
+    """Mean over seeds with a min-max band; the rounds where every seed still ran. Returns
+    the mean's line."""
+    frames = [m.set_index(x)[column] for m, _ in runs]
     table = pd.concat(frames, axis=1)
     mean = table.mean(axis=1, skipna=False)
-    ax.plot(mean.index, mean.to_numpy(), color=color, label=label, lw=1.4)
+    (line,) = ax.plot(mean.index, mean.to_numpy(), color=color, label=label, lw=1.4)
     if len(frames) > 1:
         ax.fill_between(table.index, table.min(axis=1), table.max(axis=1), color=color, alpha=0.2, lw=0)
     for metrics, record in runs:
         if record["result"]["diverged_round"] is not None:
             finite = metrics[np.isfinite(metrics[column])]
             if len(finite):
-                ax.plot(finite["round"].iloc[-1], finite[column].iloc[-1], "x", color=color, ms=8)
+                ax.plot(finite[x].iloc[-1], finite[column].iloc[-1], "x", color=color, ms=8)
+    return line
 
 
-def figure1(info_paths, tuned: pd.DataFrame, out, column: str = "train_loss") -> None:
-    """Training loss vs rounds of FedAvg, FedProx and FedDANE (tuned mu), one panel per dataset."""
+def _tuned_mu(tuned: pd.DataFrame | None, key: tuple) -> float | None:
+    """The mu chosen for the setting `key` in tuned_mu.csv, if it has that setting."""
+    if tuned is None:
+        return None
+    dataset, k, e, rounds = key
+    rows = tuned[(tuned["dataset"] == dataset) & (tuned["clients_per_round"] == k)
+                 & (tuned["epochs"] == e) & (tuned["rounds"] == rounds)]
+    return float(rows["chosen_mu"].iloc[0]) if len(rows) else None
+
+
+def _method_runs(runs, method: str, chosen: float | None):
+    """The runs of one curve. FedDANE given at several mu is shown at the tuned one only."""
+    mine = [(m, r) for m, r in runs if r["config"]["method"] == method]
+    if method == TUNED and len({r["config"]["mu"] for _, r in mine}) > 1:
+        if chosen is None:
+            raise ValueError(f"{TUNED} runs at several mu and no tuned mu for {setting(mine[0][1])}")
+        mine = [(m, r) for m, r in mine if r["config"]["mu"] == chosen]
+    return mine
+
+
+def _y_range(ax, lines: dict, metric: str) -> None:
+    """Loss: from 0 to a little above the initial loss and the baselines (FedAvg, FedProx),
+    so a diverging FedDANE cannot squash them; where a curve leaves the range, a triangle
+    at the top edge says so, and its legend entry how high it goes. Accuracy: 0 to 1."""
+    if not metric.endswith("loss"):
+        ax.set_ylim(0, 1)
+        return
+    ys = {method: np.asarray(line.get_ydata(), dtype=float) for method, line in lines.items()}
+    base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m != TUNED]
+    top = 1.15 * max(v for v in base if np.isfinite(v))
+    ax.set_ylim(0, top)
+    for method, y in ys.items():
+        above = np.flatnonzero(y > top)
+        if len(above):
+            ax.plot(lines[method].get_xdata()[above[0]], top, "^", color=COLORS[method], ms=7, clip_on=False)
+            peak = np.nanmax(np.where(np.isfinite(y), y, np.nan))
+            lines[method].set_label(f"{lines[method].get_label()}, ▲ up to {peak:.3g}")
+
+
+def _panel(ax, runs, tuned, metric: str, x: str) -> None:
+    chosen = _tuned_mu(tuned, setting(runs[0][1]))
+    lines = {}
+    for method in LABELS:
+        selected = _method_runs(runs, method, chosen)
+        if not selected:
+            continue
+        mu = selected[0][1]["config"]["mu"]
+        label = LABELS[method] + ("" if method == "fedavg" else f" (μ={mu:g})")
+        lines[method] = _curve(ax, selected, metric, label, COLORS[method], x)
+    _y_range(ax, lines, metric)
+    ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")  # readable over the curves
+
+
+def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
+                      x_axis: str = "rounds") -> None:
+    """One panel per setting: a row of datasets when each has one setting (Figures 1 and 3),
+    else one row per dataset and one column per (K, E) (Figure 2). FedDANE at its tuned mu."""
     runs = load_runs(info_paths)
-    first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
+    panels: dict[tuple, list] = {}
+    for run in runs:
+        panels.setdefault(setting(run[1]), []).append(run)
+    first = {key[0]: group[0][1] for key, group in panels.items()}
     datasets = sorted(first, key=lambda name: panel_order(first[name]))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(3.6 * len(datasets), 3.2), squeeze=False)
-    for ax, name in zip(axes[0], datasets):
-        mine = [(m, r) for m, r in runs if r["dataset"]["name"] == name]
-        chosen = tuned.loc[tuned["dataset"] == name, "chosen_mu"]
-        for method in ("fedavg", "fedprox", "feddane"):
-            selected = [(m, r) for m, r in mine if r["config"]["method"] == method]
-            if method == "feddane" and len(chosen):
-                selected = [(m, r) for m, r in selected if r["config"]["mu"] == float(chosen.iloc[0])]
-            if not selected:
-                continue
-            mu = selected[0][1]["config"]["mu"]
-            label = LABELS[method] + ("" if method == "fedavg" else f" (μ={mu:g})")
-            _curve(ax, selected, column, label, COLORS[method])
-        ax.set_title(dataset_title(mine[0][1]))
-        ax.set_xlabel("# rounds")
-        _clip_to_baselines(ax, mine, column)
-        ax.legend(fontsize=8, frameon=False)
-    axes[0][0].set_ylabel(column.replace("_", " "))
+    columns = sorted({key[1:] for key in panels}, key=lambda c: (c[1], c[0], c[2]))
+    grid = any(sum(k[0] == d for k in panels) > 1 for d in datasets)
+    shape = (len(datasets), len(columns)) if grid else (1, len(datasets))
+    fig, axes = plt.subplots(*shape, figsize=(3.4 * shape[1], 2.9 * shape[0]), squeeze=False)
+    # what varies between panels goes into their titles, the rest into the figure's title
+    varies = [len({key[i] for key in panels}) > 1 for i in (1, 2, 3)]
+    x, x_label = X_AXES[x_axis]
+    for key, group in panels.items():
+        row, col = (datasets.index(key[0]), columns.index(key[1:])) if grid else (0, datasets.index(key[0]))
+        ax = axes[row][col]
+        _panel(ax, group, tuned, metric, x)
+        ax.set_title(", ".join([dataset_title(first[key[0]])] + _setting_text(key, varies)), fontsize=10)
+        ax.set_xlabel(x_label)
+        ax.set_ylabel(METRICS.get(metric, metric))
+    for ax in axes.flat:
+        if not ax.has_data():
+            ax.set_axis_off()
+    fig.suptitle(", ".join(_setting_text(next(iter(panels)), [not v for v in varies])), fontsize=10)
     save(fig, out)
 
 
-def _clip_to_baselines(ax, runs, column: str) -> None:
-    """Keep a diverging curve from flattening the others: cap the y-axis near the start."""
-    start = [m[column].iloc[0] for m, _ in runs if np.isfinite(m[column].iloc[0])]
-    if start and column.endswith("loss"):
-        ax.set_ylim(0, 1.15 * max(start))
+def _setting_text(key: tuple, show: list) -> list[str]:
+    return [f"{name} = {value}" for name, value, s in zip(("K", "E", "rounds"), key[1:], show) if s]
+
+
+figure1 = figure2 = figure3 = experiment_figure  # the paper's figures differ in their runs only
+
+
+def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, method: str = TUNED) -> None:
+    """The tuning criterion (mean training loss over the last rounds) against mu, one panel
+    per dataset, one line per setting; band: min-max over seeds; a star marks the chosen mu,
+    a cross at the top edge a diverged run."""
+    runs = load_runs(info_paths)
+    scores = tuning_scores(runs, method, fraction)
+    first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
+    datasets = sorted(set(scores["dataset"]), key=lambda name: panel_order(first[name]))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(3.4 * len(datasets), 3.0), squeeze=False)
+    for ax, name in zip(axes[0], datasets):
+        data = scores[scores["dataset"] == name]
+        finite = data.loc[np.isfinite(data["score"]), "score"]
+        top = 2 * finite.max() if len(finite) else 10.0
+        for (k, e, rounds), group in data.groupby(["clients_per_round", "epochs", "rounds"]):
+            stats = group.groupby("mu")["score"].agg(["mean", "min", "max"])
+            line = ax.plot(stats.index, stats["mean"].clip(upper=top), "o-", ms=3, label=f"K={k}, E={e}")[0]
+            ax.fill_between(stats.index, stats["min"].clip(upper=top), stats["max"].clip(upper=top),
+                            color=line.get_color(), alpha=0.2, lw=0)
+            dead = stats.index[~np.isfinite(stats["max"])]
+            if len(dead):  # (an empty unclipped line would stretch the layout to the origin)
+                ax.plot(dead, [top] * len(dead), "x", color=line.get_color(), ms=8, clip_on=False)
+            chosen = _tuned_mu(tuned, (name, k, e, rounds))
+            if chosen is not None and chosen in stats.index:
+                ax.plot(chosen, stats.loc[chosen, "mean"], "*", color=line.get_color(), ms=13)
+        grid = sorted(data["mu"].unique())
+        ax.set_xscale("symlog", linthresh=min([m for m in grid if m > 0], default=1.0))
+        ax.set_xticks(grid, [f"{m:g}" for m in grid])
+        ax.set_yscale("log")
+        ax.yaxis.set_major_formatter(_log_labels(True))  # plain numbers, not powers of ten
+        ax.yaxis.set_minor_formatter(_log_labels(len(finite) and finite.max() < 10 * finite.min()))
+        if not np.isfinite(data["score"]).all():
+            ax.set_ylim(top=top * 1.05)  # room for the crosses of diverged runs
+        ax.set_title(dataset_title(first[name]), fontsize=10)
+        ax.set_xlabel("μ")
+        ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")
+    axes[0][0].set_ylabel(f"training loss, last {fraction:g} of rounds")
+    save(fig, out)
+
+
+def _log_labels(every: bool) -> FuncFormatter:
+    """Plain-number tick labels for a log axis: on every tick, or (minor ticks of an axis
+    spanning decades) on the 2s and 5s only."""
+    def label(value: float, _) -> str:
+        mantissa = value / 10 ** np.floor(np.log10(value))
+        return f"{value:g}" if every or round(mantissa) in (2, 5) else ""
+    return FuncFormatter(label)
 
 
 def save(fig, out) -> None:

@@ -42,20 +42,26 @@ def tail_loss(metrics: pd.DataFrame, rounds: int, fraction: float) -> float:
     return float(metrics.loc[metrics["round"] >= first, "train_loss"].mean())
 
 
-def tune(info_paths, method: str, fraction: float) -> pd.DataFrame:
-    """For each setting of `method`, the mu whose runs reach the lowest tail loss (mean over seeds)."""
+def tuning_scores(runs, method: str, fraction: float) -> pd.DataFrame:
+    """One row per run of `method` among `runs` ((metrics, record) pairs): its setting, mu,
+    seed and tail loss (the criterion)."""
     rows = []
-    for path in info_paths:
-        metrics, record = read_run(path)
+    for metrics, record in runs:
         config = record["config"]
         if config["method"] != method:
             continue
         rows.append({**{c: config[c] for c in GROUP_COLUMNS if c in config},
-                     "dataset": record["dataset"]["name"], "mu": config["mu"],
+                     "dataset": record["dataset"]["name"], "mu": config["mu"], "seed": config["seed"],
                      "score": tail_loss(metrics, config["rounds"], fraction)})
     if not rows:
         raise ValueError(f"no runs of method {method!r} to tune")
-    scores = pd.DataFrame(rows).groupby([*GROUP_COLUMNS, "mu"], as_index=False)["score"].mean()
+    return pd.DataFrame(rows)
+
+
+def tune(info_paths, method: str, fraction: float) -> pd.DataFrame:
+    """For each setting of `method`, the mu whose runs reach the lowest tail loss (mean over seeds)."""
+    runs = tuning_scores(map(read_run, info_paths), method, fraction)
+    scores = runs.groupby([*GROUP_COLUMNS, "mu"], as_index=False)["score"].mean()
     criterion = f"lowest mean train_loss over the last {fraction:g} of rounds, mean over seeds; diverged = inf"
     table = []
     for key, group in scores.groupby(GROUP_COLUMNS, sort=False):

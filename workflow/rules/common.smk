@@ -2,6 +2,7 @@
 # the expansion of experiments into training runs, and wildcard constraints.
 
 import copy
+import csv
 import os
 import re
 import sys
@@ -100,29 +101,50 @@ def validate_config(cfg):
                 if entry[key] != 0:
                     config_error(["datasets", name, key], "must be 0 when iid is true")
 
-    uniform = cfg["simulator"]["selection"] == "uniform"  # without replacement: K <= devices
     for name, exp in cfg["experiments"].items():
-        tuned = cfg["tuning"]["method"]
-        if "figure" in exp and tuned not in exp["methods"]:
+        _validate_experiment(name, exp, cfg)
+
+
+def _validate_experiment(name, exp, cfg):
+    where = ["experiments", name]
+    tuned = cfg["tuning"]["method"]
+    if name == "tuning" or name.endswith("_test_acc"):
+        config_error(where, "reserved name (tuning and *_test_acc are figure file names)")
+    if "figure" in exp and tuned not in exp["methods"]:
+        config_error(
+            where + ["methods"],
+            f"an experiment with a figure must run {tuned!r} (the figure shows it at its "
+            "tuned mu)",
+        )
+    given = [key for key in ("clients_per_round", "clients_fraction") if key in exp]
+    if len(given) != 1:
+        problem = "give one of clients_per_round, clients_fraction"
+        config_error(where + (given[1:] or ["clients_per_round"]), problem)
+    for i, dataset in enumerate(exp["datasets"]):
+        if dataset not in cfg["datasets"]:
             config_error(
-                ["experiments", name, "methods"],
-                f"an experiment with a figure must run {tuned!r} (the figure shows it at its "
-                "tuned mu)",
+                where + ["datasets", i],
+                f"unknown dataset {dataset!r} (defined under datasets: "
+                f"{', '.join(cfg['datasets'])})",
             )
-        for i, dataset in enumerate(exp["datasets"]):
-            if dataset not in cfg["datasets"]:
-                config_error(
-                    ["experiments", name, "datasets", i],
-                    f"unknown dataset {dataset!r} (defined under datasets: "
-                    f"{', '.join(cfg['datasets'])})",
-                )
-            devices = n_devices(dataset, cfg)
-            for k in as_list(exp["clients_per_round"]):
-                if uniform and devices is not None and k > devices:
-                    config_error(
-                        ["experiments", name, "clients_per_round"],
-                        f"{k} is more than the {devices} devices of dataset {dataset}",
-                    )
+        experiment_ks(name, dataset, cfg)  # stops with a config error where K is undefined
+    if "mu_from" in exp:
+        _validate_mu_from(name, exp, cfg)
+
+
+def _validate_mu_from(name, exp, cfg):
+    """The experiment named by mu_from must tune mu in ONE setting per dataset of ours."""
+    where, source = ["experiments", name, "mu_from"], exp["mu_from"]
+    ref = cfg["experiments"].get(source)
+    if ref is None or source == name or "mu_from" in ref:
+        config_error(where, f"{source!r} is not another experiment that tunes mu itself")
+    if cfg["tuning"]["method"] not in ref["methods"]:
+        config_error(where, f"experiment {source} does not run {cfg['tuning']['method']}")
+    for dataset in exp["datasets"]:
+        if dataset not in ref["datasets"]:
+            config_error(where, f"experiment {source} does not run dataset {dataset}")
+        if len(experiment_ks(source, dataset, cfg)) > 1 or len(as_list(ref["epochs"])) > 1:
+            config_error(where, f"experiment {source} tunes several K or E on {dataset}")
 
 
 # ---------------------------------------------------------------------------------------
@@ -163,7 +185,33 @@ def n_devices(dataset, cfg=None):
     cfg = cfg or config
     if cfg["datasets"][dataset]["kind"] == "synthetic":
         return synthetic_settings(dataset, cfg)["devices"]
-    return None
+    return cfg["datasets"][dataset].get("devices")
+
+
+def experiment_ks(name, dataset, cfg=None):
+    """The K values (devices per round) an experiment runs on a dataset: `clients_per_round`,
+    or `clients_fraction` of the dataset's devices (rounded, at least 1). Stops with a
+    config error naming the key where K is undefined or too large."""
+    cfg = cfg or config
+    exp, devices = cfg["experiments"][name], n_devices(dataset, cfg)
+    if "clients_per_round" in exp:
+        key, ks = "clients_per_round", as_list(exp["clients_per_round"])
+    else:
+        key, fraction = "clients_fraction", exp["clients_fraction"]
+        if isinstance(fraction, dict):
+            fraction = fraction.get(dataset, fraction.get("default"))
+        if fraction is None:
+            config_error(["experiments", name, key], f"no fraction for {dataset} (nor a default)")
+        if devices is None:
+            config_error(["datasets", dataset, "devices"], f"needed for {key} of experiment {name}")
+        ks = [max(1, round(fraction * devices))]
+    # uniform selection draws without replacement: K <= devices
+    uniform = cfg["simulator"]["selection"] == "uniform"
+    for k in ks:
+        if uniform and devices is not None and k > devices:
+            problem = f"{k} is more than the {devices} devices of dataset {dataset}"
+            config_error(["experiments", name, key], problem)
+    return ks
 
 
 def dataset_cfg(dataset):
@@ -184,7 +232,7 @@ def alternatives(names):
 # Called without arguments, the run helpers return wildcard patterns for rule outputs.
 # ---------------------------------------------------------------------------------------
 
-RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "seed")
+RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "T", "seed")
 
 
 def results(*parts):
@@ -195,9 +243,23 @@ def dataset_path(name="{dataset}"):
     return results("datasets", f"{name}.h5")
 
 
-def run_stem(dataset="{dataset}", method="{method}", mu="{mu}", K="{K}", E="{E}", seed="{seed}"):
-    """Relative location of one training run: {dataset}/{method}/mu{mu}_K{K}_E{E}_seed{seed}."""
-    return f"{dataset}/{method}/mu{fmt(mu)}_K{fmt(K)}_E{fmt(E)}_seed{fmt(seed)}"
+def run_stem(
+    dataset="{dataset}", method="{method}", mu="{mu}", K="{K}", E="{E}", T="{T}", seed="{seed}"
+):
+    """Relative location of one training run: {dataset}/{method}/mu{mu}_K{K}_E{E}{T}_seed{seed},
+    T being the rounds tag (see rounds_tag)."""
+    return f"{dataset}/{method}/mu{fmt(mu)}_K{fmt(K)}_E{fmt(E)}{T}_seed{fmt(seed)}"
+
+
+def rounds_tag(dataset, rounds=None):
+    """'' for the dataset's own number of rounds (the paper's; also rounds=None), else
+    '_T<rounds>': the paper's runs keep short paths, an experiment's `rounds` gets its own."""
+    return "" if rounds in (None, dataset_cfg(dataset)["rounds"]) else f"_T{rounds}"
+
+
+def tag_rounds(dataset, tag):
+    """The number of rounds a rounds tag stands for."""
+    return int(tag[2:]) if tag else dataset_cfg(dataset)["rounds"]
 
 
 def run_dir(*args, **kwargs):
@@ -217,8 +279,11 @@ def summary_path(name):
     return results("summary", name)
 
 
-def figure_path(experiment="{experiment}", ext="pdf"):
-    return results("figures", f"{experiment}.{ext}")
+def figure_path(name="{experiment}", ext="pdf", metric="train_loss"):
+    """figures/<name>.<ext>; a figure of another metric than the paper's training loss is
+    its companion <name>_<metric>.<ext>."""
+    stem = name if metric == "train_loss" else f"{name}_{metric}"
+    return results("figures", f"{stem}.{ext}")
 
 
 def benchmark_path(rule, stem):
@@ -249,7 +314,7 @@ NOT_TRAIN_CODE = (
     "figures.py",
 )
 SUMMARY_CODE = ("summary.py",)
-FIGURE_CODE = ("figures.py",)
+FIGURE_CODE = ("figures.py", "summary.py")
 
 
 def package_code(include=None, exclude=()):
@@ -281,47 +346,96 @@ def train_code(method):
 # ---------------------------------------------------------------------------------------
 
 Run = namedtuple("Run", RUN_FIELDS)
+Setting = namedtuple("Setting", ("dataset", "K", "E", "T"))  # a run without method, mu, seed
 
 
-def method_mus(method, dataset):
-    """The mu values a method is run with on a dataset."""
+def tunes_mu(experiment):
+    """Whether an experiment runs the tuned method at every mu of its grid; if not, it runs
+    it at the mu tuned in its `mu_from` experiment (on the same dataset)."""
+    return config["tuning"]["per_setting"] or "mu_from" not in config["experiments"][experiment]
+
+
+def settings(experiment):
+    """Every (dataset, K, E, rounds tag) of an experiment."""
+    exp = config["experiments"][experiment]
+    return [
+        Setting(dataset, fmt(K), fmt(E), rounds_tag(dataset, exp.get("rounds")))
+        for dataset in exp["datasets"]
+        for K in experiment_ks(experiment, dataset)
+        for E in as_list(exp["epochs"])
+    ]
+
+
+def reference_setting(experiment, setting):
+    """The setting whose tuning gives the tuned method's mu in `setting`: itself, or the
+    same dataset's (only) setting in the `mu_from` experiment."""
+    if tunes_mu(experiment):
+        return setting
+    source = config["experiments"][experiment]["mu_from"]
+    return next(s for s in settings(source) if s.dataset == setting.dataset)
+
+
+def chosen_mu(tuned, setting):
+    """The mu chosen for `setting` in `tuned` (rows of tuned_mu.csv)."""
+    key = (setting.dataset, setting.K, setting.E, tag_rounds(setting.dataset, setting.T))
+    for row in tuned:
+        columns = ("clients_per_round", "epochs")
+        if (row["dataset"], *(fmt(float(row[c])) for c in columns), int(row["rounds"])) == key:
+            return fmt(float(row["chosen_mu"]))
+    raise ValueError(f"{summary_path('tuned_mu.csv')} has no row for {setting}")
+
+
+def method_mus(method, setting, experiment, tuned=None, chosen_only=False):
+    """The mu values a method runs with in one setting of an experiment. The tuned method:
+    every mu of the grid where the experiment tunes it (unless `chosen_only`), else the
+    mu chosen in `tuned`, or none while `tuned` is not known."""
+    exp = config["experiments"][experiment]
     if method == config["tuning"]["method"]:
-        return config["tuning"]["mu_grid"]
+        if tunes_mu(experiment) and not chosen_only:
+            return exp.get("mu_grid", config["tuning"]["mu_grid"])
+        return [] if tuned is None else [chosen_mu(tuned, reference_setting(experiment, setting))]
     if method == "fedavg":
         return [0]
     if method == "fedprox":
-        return [dataset_cfg(dataset)["fedprox_mu"]]
+        return [dataset_cfg(setting.dataset)["fedprox_mu"]]
     raise ValueError(f"no mu values known for method {method}")
 
 
-def experiment_runs(experiment):
-    """Every training run of one experiment (sorted, no duplicates)."""
+def experiment_runs(experiment, tuned=None, chosen_only=False):
+    """Training runs of one experiment (sorted, no duplicates); see method_mus."""
     exp = config["experiments"][experiment]
     runs = {
-        Run(dataset, method, fmt(mu), fmt(K), fmt(E), fmt(seed))
-        for dataset in exp["datasets"]
+        Run(s.dataset, method, fmt(mu), s.K, s.E, s.T, fmt(seed))
+        for s in settings(experiment)
         for method in exp["methods"]
-        for mu in method_mus(method, dataset)
-        for K in as_list(exp["clients_per_round"])
-        for E in as_list(exp["epochs"])
-        for seed in exp["seeds"]
+        for mu in method_mus(method, s, experiment, tuned, chosen_only)
+        for seed in exp.get("seeds", config["seeds"])
     }
     return sorted(runs)
 
 
-def all_runs():
+def all_runs(tuned=None):
     """Every training run of every experiment; runs shared by experiments appear once."""
-    return sorted({run for name in config["experiments"] for run in experiment_runs(name)})
+    return sorted({run for name in config["experiments"] for run in experiment_runs(name, tuned)})
 
 
-def tuning_runs(runs=None):
-    """The runs among `runs` (default: all) that take part in tuning mu."""
-    grid = {fmt(mu) for mu in config["tuning"]["mu_grid"]}
-    return [
-        r
-        for r in (all_runs() if runs is None else runs)
-        if r.method == config["tuning"]["method"] and r.mu in grid
-    ]
+def tuning_runs():
+    """The runs the tuned method's mu is chosen from: its grid runs where it is tuned."""
+    method = config["tuning"]["method"]
+    experiments = [name for name in config["experiments"] if tunes_mu(name)]
+    return sorted({r for name in experiments for r in experiment_runs(name) if r.method == method})
+
+
+def after_tuning():
+    """Whether some runs are known only after tuning (an experiment with `mu_from`)."""
+    return not all(tunes_mu(name) for name in config["experiments"])
+
+
+def tuned_table():
+    """Rows of tuned_mu.csv, once the `tune` checkpoint has written it (Snakemake then
+    re-evaluates the jobs that asked)."""
+    with open(checkpoints.tune.get().output[0], newline="") as handle:
+        return list(csv.DictReader(handle))
 
 
 def info_paths(runs):
@@ -336,12 +450,17 @@ def figure_experiments():
     return [name for name, exp in config["experiments"].items() if "figure" in exp]
 
 
+FIGURE_METRICS = ("train_loss", "test_acc")  # the paper's figure and its companion
+
+
 def final_targets():
     targets = [summary_path("runs.csv")]
     if tuning_runs():
         targets.append(summary_path("tuned_mu.csv"))
+        targets += [figure_path("tuning", ext) for ext in ("pdf", "png")]
     for name in figure_experiments():
-        targets += [figure_path(name, "pdf"), figure_path(name, "png")]
+        for metric in FIGURE_METRICS:
+            targets += [figure_path(name, ext, metric) for ext in ("pdf", "png")]
     return targets
 
 
@@ -370,21 +489,31 @@ def train_mem_mb(dataset):
     return 2048
 
 
-def train_runtime(dataset, epochs):
-    """Minutes a run may take; generous: a 200-round, E = 20 synthetic run takes about
-    15 s on one CPU core."""
-    return 5 + dataset_cfg(dataset)["rounds"] * int(epochs) // 400
+def train_runtime(wildcards):
+    """Minutes a run may take; generous: a 200-round, E = 20, K = 10 synthetic run takes
+    about 15 s on one CPU core, and the time grows with rounds x E x K."""
+    rounds = tag_rounds(wildcards.dataset, wildcards.T)
+    return 5 + rounds * int(wildcards.E) * int(wildcards.K) // 4000
 
 
-def figure_inputs(wildcards):
-    """Inputs of one figure: its runs and the tuned mu table."""
-    runs = experiment_runs(wildcards.experiment)
-    return {
-        "tuned": summary_path("tuned_mu.csv"),
-        "runs": info_paths(runs),
-        "metrics": metrics_paths(runs),
-        "code": package_code(FIGURE_CODE),
-    }
+def summary_runs(wildcards):
+    """Every run, including those known only after tuning."""
+    return all_runs(tuned_table() if after_tuning() else None)
+
+
+def figure_runs(wildcards):
+    """The runs one figure shows: FedDANE at its chosen mu only."""
+    return experiment_runs(wildcards.experiment, tuned_table(), chosen_only=True)
+
+
+# Input functions giving the run records / metrics files of such a list of runs: named
+# inputs, not unpack(), so that `{input.runs}` stays defined while a checkpoint is pending.
+def infos_of(runs):
+    return lambda wildcards: info_paths(runs(wildcards))
+
+
+def metrics_of(runs):
+    return lambda wildcards: metrics_paths(runs(wildcards))
 
 
 # ---------------------------------------------------------------------------------------
@@ -400,5 +529,6 @@ wildcard_constraints:
     mu=r"[0-9]+(\.[0-9]+)?",
     K=r"[0-9]+",
     E=r"[0-9]+",
+    T=r"(_T[0-9]+)?",
     seed=r"[0-9]+",
     experiment=alternatives(config["experiments"]),

@@ -1,20 +1,33 @@
-# Figures: one per experiment that names a `figure` (the package's plotting command).
+# Figures: one per experiment that names a `figure` (the package's plotting command), with
+# its test-accuracy companion, and the tuning figure (why FedDANE runs at its mu).
 
 
 rule figure:
-    """Plot one experiment (training loss vs rounds), FedDANE at its tuned mu."""
+    """Plot one experiment (training loss, and test accuracy beside it), FedDANE at its
+    tuned mu."""
     input:
-        unpack(figure_inputs),
+        tuned=summary_path("tuned_mu.csv"),
+        runs=infos_of(figure_runs),
+        metrics=metrics_of(figure_runs),
+        code=package_code(FIGURE_CODE),
     output:
-        pdf=figure_path(ext="pdf"),
+        pdf=figure_path(),
         png=report(
             figure_path(ext="png"),
             caption="../report/figure.rst",
             category="Figures",
-            labels={"figure": "{experiment}"},
+            labels={"figure": "{experiment}", "metric": "training loss"},
+        ),
+        acc_pdf=figure_path(metric="test_acc"),
+        acc_png=report(
+            figure_path(ext="png", metric="test_acc"),
+            caption="../report/figure_test_acc.rst",
+            category="Figures",
+            labels={"figure": "{experiment}", "metric": "test accuracy"},
         ),
     params:
         command=lambda wildcards: config["experiments"][wildcards.experiment]["figure"],
+        x_axis=config["figures"]["x_axis"],
     wildcard_constraints:
         experiment=alternatives(figure_experiments()),
     conda:
@@ -28,5 +41,39 @@ rule figure:
     benchmark:
         benchmark_path("figure", "{experiment}")
     shell:
-        "python -m fedsim {params.command} --tuned {input.tuned} --out {output.pdf}"
-        " {input.runs} > {log} 2>&1"
+        "(python -m fedsim {params.command} --tuned {input.tuned} --x-axis {params.x_axis}"
+        " --out {output.pdf} {input.runs}"
+        " && python -m fedsim {params.command} --tuned {input.tuned} --x-axis {params.x_axis}"
+        " --metric test_acc --out {output.acc_pdf} {input.runs}) > {log} 2>&1"
+
+
+rule tuning_figure:
+    """FedDANE's tail training loss (the tuning criterion) against mu, per dataset."""
+    input:
+        runs=info_paths(tuning_runs()),
+        metrics=metrics_paths(tuning_runs()),
+        tuned=summary_path("tuned_mu.csv"),
+        code=package_code(FIGURE_CODE),
+    output:
+        pdf=figure_path("tuning"),
+        png=report(
+            figure_path("tuning", "png"),
+            caption="../report/tuning.rst",
+            category="Figures",
+            labels={"figure": "tuning", "metric": "training loss"},
+        ),
+    params:
+        fraction=config["tuning"]["fraction"],
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=2048,
+        runtime=10,
+    log:
+        log_path("tuning_figure", "tuning"),
+    benchmark:
+        benchmark_path("tuning_figure", "tuning")
+    shell:
+        "python -m fedsim tuning-figure --tuned {input.tuned} --fraction {params.fraction}"
+        " --out {output.pdf} {input.runs} > {log} 2>&1"

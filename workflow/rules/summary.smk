@@ -1,8 +1,9 @@
 # Tables: FedDANE's tuned mu, and one row per training run.
 
 
-rule tune:
-    """Pick the tuned method's mu by its mean training loss over the last rounds, per setting."""
+checkpoint tune:
+    """Pick the tuned method's mu by its mean training loss over the last rounds, per setting.
+    A checkpoint: the runs of experiments with `mu_from` are known only once it has run."""
     input:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
@@ -34,8 +35,10 @@ rule tune:
 rule summarise:
     """One row per training run (settings, final metrics, divergence) in one table."""
     input:
-        runs=info_paths(all_runs()),
-        metrics=metrics_paths(all_runs()),
+        # the runs known before tuning: in the DAG from the start, so they need not wait
+        known=info_paths(all_runs()),
+        runs=infos_of(summary_runs),
+        metrics=metrics_of(summary_runs),
         code=package_code(SUMMARY_CODE),
     output:
         report(

@@ -1,6 +1,6 @@
-# Training: one job per (dataset, method, mu, K, E, seed).
-# lr, batch size, rounds, selection, second subset and device are params: changing one
-# of them reruns the runs it touches. Threads are not: a CPU run gives the same result
+# Training: one job per (dataset, method, mu, K, E, rounds tag, seed).
+# lr, batch size, the dataset's rounds, selection, second subset and device are params:
+# changing one of them reruns the runs it touches. Threads are not: a CPU run gives the same result
 # whatever its thread count.
 
 
@@ -15,7 +15,7 @@ rule train:
     params:
         lr=lambda wildcards: dataset_cfg(wildcards.dataset)["lr"],
         batch_size=lambda wildcards: dataset_cfg(wildcards.dataset)["batch_size"],
-        rounds=lambda wildcards: dataset_cfg(wildcards.dataset)["rounds"],
+        rounds=lambda wildcards: tag_rounds(wildcards.dataset, wildcards.T),
         selection=config["simulator"]["selection"],
         second_subset=config["simulator"]["second_subset"],
         device=config["simulator"]["device"],
@@ -24,7 +24,7 @@ rule train:
     threads: config["simulator"]["threads"]
     resources:
         mem_mb=lambda wildcards: train_mem_mb(wildcards.dataset),
-        runtime=lambda wildcards: train_runtime(wildcards.dataset, wildcards.E),
+        runtime=train_runtime,
         gpu=1 if config["simulator"]["device"] == "cuda" else 0,
     log:
         log_path("train", run_stem()),

@@ -1,0 +1,128 @@
+"""The figures, on hand-made run records: layout, FedDANE at its tuned mu, seed bands, a
+diverging curve that must not squash the others, the x-axis option and the tuning figure."""
+
+import math
+
+import matplotlib.collections
+import pandas as pd
+import pytest
+
+from fedsim import cli, figures
+
+from test_summary import fake_run
+
+LOSSES = [3.0, 2.0, 1.5, 1.0, 0.8]
+BLOWUP = [3.0, 5.0, 40.0, 300.0, 2000.0]
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """The figure objects the plotting functions would save."""
+    figs = []
+    monkeypatch.setattr(figures, "save", lambda fig, out: figs.append(fig))
+    return figs
+
+
+def tuned_table(rows):
+    return pd.DataFrame([{"dataset": d, "clients_per_round": k, "epochs": e, "rounds": r, "chosen_mu": mu}
+                         for d, k, e, r, mu in rows])
+
+
+def lines(ax):
+    return {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+
+
+def panel_runs(tmp_path, dataset="synthetic_0_0", K=10, seeds=(0,), dane=None, alpha=0.0, iid=False):
+    """FedAvg, FedProx and FedDANE (mu -> losses) runs of one setting."""
+    dane = dane or {0.01: LOSSES}
+    kw = dict(K=K, dataset=dataset, alpha=alpha, iid=iid)
+    paths = []
+    for seed in seeds:
+        paths.append(fake_run(tmp_path, method="fedavg", seed=seed, losses=LOSSES, **kw))
+        paths.append(fake_run(tmp_path, method="fedprox", mu=1, seed=seed, losses=LOSSES, **kw))
+        paths += [fake_run(tmp_path, mu=mu, seed=seed, losses=losses, **kw) for mu, losses in dane.items()]
+    return paths
+
+
+def test_one_row_of_datasets_in_the_papers_order(tmp_path, drawn):
+    runs = panel_runs(tmp_path, "synthetic_1_1", alpha=1.0) + panel_runs(tmp_path, "synthetic_iid", iid=True)
+    figures.figure1(runs, None, tmp_path / "f.pdf")
+    axes = drawn[0].axes
+    assert [ax.get_title() for ax in axes] == ["Synthetic IID", "Synthetic (1,1)"]
+    assert drawn[0]._suptitle.get_text() == "K = 10, E = 20, rounds = 4"
+    assert set(lines(axes[0])) == {"FedAvg", "FedProx (μ=1)", "FedDANE (μ=0.01)"}
+
+
+def test_participation_grid_has_a_row_per_dataset_and_a_column_per_k(tmp_path, drawn):
+    runs = [p for d in ("synthetic_iid", "synthetic_0_0") for k in (1, 5, 30)
+            for p in panel_runs(tmp_path, d, K=k, iid=d == "synthetic_iid")]
+    figures.figure2(runs, None, tmp_path / "f.pdf")
+    axes = drawn[0].axes
+    assert len(axes) == 6
+    assert [ax.get_title() for ax in axes[:3]] == [f"Synthetic IID, K = {k}" for k in (1, 5, 30)]
+    assert axes[3].get_title() == "Synthetic (0,0), K = 1"
+
+
+def test_feddane_is_shown_at_the_tuned_mu_of_its_setting(tmp_path, drawn):
+    runs = panel_runs(tmp_path, dane={0: BLOWUP, 0.1: LOSSES, 1: LOSSES})
+    figures.figure1(runs, tuned_table([("synthetic_0_0", 10, 20, 4, 0.1)]), tmp_path / "f.pdf")
+    assert "FedDANE (μ=0.1)" in lines(drawn[0].axes[0])
+    with pytest.raises(ValueError, match="several mu"):
+        figures.figure1(runs, None, tmp_path / "f.pdf")
+
+
+def test_seeds_give_a_mean_and_a_band(tmp_path, drawn):
+    runs = panel_runs(tmp_path, seeds=(0, 1))
+    runs.append(fake_run(tmp_path, mu=0.01, seed=2, losses=[3.0, 1.0, 1.0, 1.0, 1.0]))
+    figures.figure1(runs, None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    bands = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
+    assert len(bands) == 3  # one per method
+    dane = lines(ax)["FedDANE (μ=0.01)"]
+    assert dane.get_ydata()[1] == pytest.approx((2.0 + 2.0 + 1.0) / 3)
+
+
+def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
+    runs = panel_runs(tmp_path, dane={0.01: BLOWUP[:3] + [math.inf, math.inf]})
+    figures.figure1(runs, None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    assert ax.get_ylim() == (0, pytest.approx(1.15 * 3.0))
+    markers = {line.get_marker() for line in ax.get_lines()}
+    assert {"^", "x"} <= markers  # leaves the range; diverged
+
+
+def test_test_accuracy_and_communication_rounds(tmp_path, drawn):
+    runs = panel_runs(tmp_path)
+    figures.figure3(runs, None, tmp_path / "f.pdf", metric="test_acc", x_axis="communication_rounds")
+    ax = drawn[0].axes[0]
+    assert ax.get_ylim() == (0, 1) and ax.get_ylabel() == "test accuracy"
+    assert ax.get_xlabel() == "# communication rounds"
+    assert max(lines(ax)["FedDANE (μ=0.01)"].get_xdata()) == 8  # two per round
+    assert max(lines(ax)["FedAvg"].get_xdata()) == 4
+
+
+def test_tuning_figure_marks_the_chosen_mu_and_diverged_runs(tmp_path, drawn):
+    runs = [fake_run(tmp_path, mu=mu, seed=s, losses=losses)
+            for mu, losses in ((0, BLOWUP[:2] + [math.inf] * 3), (0.1, LOSSES), (1, [3, 2, 2, 2, 2]))
+            for s in (0, 1)]
+    runs += [fake_run(tmp_path, mu=mu, dataset="synthetic_iid", iid=True) for mu in (0, 0.1, 1)]
+    tuned = tuned_table([("synthetic_0_0", 10, 20, 4, 0.1), ("synthetic_iid", 10, 20, 4, 0)])
+    figures.tuning_figure(runs, tuned, tmp_path / "t.pdf", fraction=0.5)
+    axes = drawn[0].axes
+    assert [ax.get_title() for ax in axes] == ["Synthetic IID", "Synthetic (0,0)"]
+    star = [line for line in axes[1].get_lines() if line.get_marker() == "*"][0]
+    assert star.get_xdata()[0] == 0.1 and star.get_ydata()[0] == pytest.approx(0.9)
+    assert any(line.get_marker() == "x" and list(line.get_xdata()) == [0] for line in axes[1].get_lines())
+
+
+def test_cli_writes_pdf_and_png(tmp_path):
+    runs = panel_runs(tmp_path)
+    tuned = tmp_path / "tuned.csv"
+    tuned_table([("synthetic_0_0", 10, 20, 4, 0.01)]).to_csv(tuned, index=False)
+    out = tmp_path / "figs" / "figure2_test_acc.pdf"
+    assert cli.main(["figure2", "--tuned", str(tuned), "--metric", "test_acc", "--out", str(out), *runs]) == 0
+    assert cli.main(["tuning-figure", "--tuned", str(tuned), "--out", str(tmp_path / "figs" / "tuning.pdf"),
+                     *runs]) == 0
+    for name in ("figure2_test_acc", "tuning"):
+        for ext in ("pdf", "png"):
+            assert (tmp_path / "figs" / f"{name}.{ext}").stat().st_size > 0

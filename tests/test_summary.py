@@ -1,0 +1,90 @@
+"""Tables over runs: the one-row-per-run summary, the tail-loss criterion and the choice of mu,
+on hand-made run records (no training)."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedsim.summary import summarise, tail_loss, tune, tuning_scores
+from fedsim.train import read_run, write_run
+
+COMMUNICATION = {"fedavg": 1, "fedprox": 1, "feddane": 2}
+
+
+def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 2.0, 1.0, 0.5),
+             dataset="synthetic_0_0", alpha=0.0, iid=False):
+    """Write a run record (metrics.csv + run.json) whose training loss follows `losses`
+    (round 0 first); a non-finite loss ends the run there, as train.run does."""
+    losses = list(losses)
+    stop = next((t for t, v in enumerate(losses) if not math.isfinite(v)), None)
+    kept = losses if stop is None else losses[: stop + 1]
+    rounds = len(losses) - 1
+    metrics = pd.DataFrame({
+        "round": range(len(kept)),
+        "communication_rounds": [t * COMMUNICATION[method] for t in range(len(kept))],
+        "train_loss": kept,
+        "train_acc": np.linspace(0.1, 0.9, len(kept)),
+        "test_loss": kept,
+        "test_acc": np.linspace(0.1, 0.8, len(kept)),
+    })
+    provenance = {"iid": iid, "alpha": alpha, "beta": alpha}
+    record = {
+        "config": {"method": method, "mu": mu, "clients_per_round": K, "epochs": E, "seed": seed,
+                   "rounds": rounds, "lr": 0.01, "batch_size": 10, "selection": "uniform",
+                   "second_subset": "independent"},
+        "dataset": {"name": dataset, "kind": "synthetic", "devices": 30, "provenance": provenance},
+        "result": {"rounds_completed": len(kept) - 1, "final_train_loss": kept[-1],
+                   "final_train_acc": 0.9, "final_test_acc": 0.8, "diverged_round": stop,
+                   "wall_seconds": 1.0},
+    }
+    run_dir = folder / dataset / method / f"mu{mu:g}_K{K}_E{E}_seed{seed}"
+    write_run(metrics, record, run_dir / "metrics.csv", run_dir / "run.json")
+    return str(run_dir / "run.json")
+
+
+def test_tail_loss_averages_the_last_rounds_and_penalises_divergence(tmp_path):
+    metrics, _ = read_run(fake_run(tmp_path, losses=[4, 3, 2, 1, 0.5]))
+    assert tail_loss(metrics, 4, 0.5) == pytest.approx((1 + 0.5) / 2)
+    assert tail_loss(metrics, 4, 0.01) == 0.5  # at least the last round
+    diverged, _ = read_run(fake_run(tmp_path, mu=1, losses=[4, 3, math.inf, 1, 1]))
+    assert tail_loss(diverged, 4, 0.5) == math.inf
+
+
+def test_tune_picks_the_lowest_seed_mean_per_setting(tmp_path):
+    runs = [
+        fake_run(tmp_path, mu=0, seed=0, losses=[3, 0.1]),
+        fake_run(tmp_path, mu=0, seed=1, losses=[3, math.inf]),  # one diverged seed: mu = 0 loses
+        fake_run(tmp_path, mu=1, seed=0, losses=[3, 0.9]),
+        fake_run(tmp_path, mu=1, seed=1, losses=[3, 0.7]),
+        fake_run(tmp_path, mu=0, K=5, losses=[3, 0.4]),
+        fake_run(tmp_path, mu=1, K=5, losses=[3, 0.4]),  # a tie: the smaller mu wins
+        fake_run(tmp_path, method="fedavg", losses=[3, 0.01]),  # another method: ignored
+    ]
+    table = tune(runs, "feddane", fraction=0.5).set_index("clients_per_round")
+    assert table.loc[10, "chosen_mu"] == 1 and table.loc[10, "score"] == pytest.approx(0.8)
+    assert table.loc[10, "candidates"] == "0;1" and table.loc[10, "scores"] == "inf;0.8"
+    assert table.loc[5, "chosen_mu"] == 0
+
+
+def test_tune_without_runs_of_the_method_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match="no runs of method 'feddane'"):
+        tune([fake_run(tmp_path, method="fedavg")], "feddane", 0.1)
+
+
+def test_tuning_scores_has_one_row_per_run(tmp_path):
+    paths = [fake_run(tmp_path, mu=mu, seed=seed) for mu in (0, 0.1) for seed in (0, 1)]
+    scores = tuning_scores(map(read_run, paths), "feddane", 0.25)
+    assert len(scores) == 4 and set(scores["seed"]) == {0, 1}
+    assert (scores["score"] == 0.5).all()
+
+
+def test_summarise_keeps_every_seed(tmp_path):
+    paths = [fake_run(tmp_path, method="fedprox", mu=1, seed=s) for s in (0, 1, 2)]
+    paths.append(fake_run(tmp_path, mu=0, losses=[3, math.nan, 1]))
+    table = summarise(paths)
+    assert len(table) == 4
+    assert sorted(table.loc[table["method"] == "fedprox", "seed"]) == [0, 1, 2]
+    diverged = table.loc[table["method"] == "feddane", "diverged_round"]
+    assert diverged.iloc[0] == 1 and table["diverged_round"].isna().sum() == 3
