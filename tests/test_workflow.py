@@ -366,6 +366,7 @@ def test_tiny_real_run(tiny_run):
         assert (results / "datasets" / f"{name}.h5").is_file()
     rows = read_csv(results / "summary" / "runs.csv")
     assert len(rows) == TINY_RUNS  # every seed, every experiment, shared runs once
+    assert not list(results.glob("checkpoints/**/*.pt"))  # completed runs leave no checkpoint
     for column in ("dataset", "method", "mu", "clients_per_round", "epochs", "seed", "final_train_loss"):
         assert column in rows[0], column
     assert {(r["dataset"], r["method"]) for r in rows} == {

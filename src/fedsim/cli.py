@@ -29,12 +29,17 @@ def _generate_synthetic(args) -> None:
 
 
 def _train(args) -> None:
-    from .train import RunConfig, run, write_run
+    from pathlib import Path
+
+    from .train import Checkpoint, RunConfig, run, write_run
 
     fields = {f.name for f in dataclasses.fields(RunConfig)}
     config = RunConfig(**{k: v for k, v in vars(args).items() if k in fields})
-    metrics, record = run(config)
+    checkpoint = Checkpoint(Path(args.checkpoint), args.checkpoint_every) if args.checkpoint else None
+    metrics, record = run(config, checkpoint=checkpoint)
     write_run(metrics, record, args.metrics, args.info)
+    if checkpoint is not None:
+        checkpoint.remove()  # only now: the outputs it stood in for are complete
     result = record["result"]
     status = f"diverged at round {result['diverged_round']}" if result["diverged_round"] is not None else "done"
     print(f"{config.method} mu={config.mu:g} on {record['dataset']['name']}: {status}, "
@@ -103,6 +108,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--load", choices=["auto", "memory", "stream"], default="auto",
+                   help="train split held in memory, or each round's devices read from the file "
+                        "(auto: stream above 1 GiB)")
+    p.add_argument("--eval-devices", type=int, default=None,
+                   help="compute the metrics on a seeded sample of this many devices (default: all)")
+    p.add_argument("--checkpoint", help="state file to resume from after a kill (removed when the run completes)")
+    p.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints")
     p.add_argument("--metrics", required=True, help="output: per-round metrics CSV")
     p.add_argument("--info", required=True, help="output: the run's record (JSON)")
     p.set_defaults(func=_train)

@@ -286,6 +286,12 @@ def figure_path(name="{experiment}", ext="pdf", metric="train_loss"):
     return results("figures", f"{stem}.{ext}")
 
 
+def checkpoint_path(*args, **kwargs):
+    """A run's resume state: outside its outputs, so Snakemake's cleanup of a failed job's
+    outputs keeps it; the run deletes it once its outputs are complete."""
+    return results("checkpoints", f"{run_stem(*args, **kwargs)}.pt")
+
+
 def benchmark_path(rule, stem):
     return results("benchmarks", rule, f"{stem}.tsv")
 

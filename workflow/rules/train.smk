@@ -1,4 +1,5 @@
 # Training: one job per (dataset, method, mu, K, E, rounds tag, seed).
+# A job killed mid-run (walltime, lost node) continues from its checkpoint when rerun.
 # lr, batch size, the dataset's rounds, selection, second subset and device are params:
 # changing one of them reruns the runs it touches. Threads are not: a CPU run gives the same result
 # whatever its thread count.
@@ -19,6 +20,7 @@ rule train:
         selection=config["simulator"]["selection"],
         second_subset=config["simulator"]["second_subset"],
         device=config["simulator"]["device"],
+        checkpoint=lambda w: checkpoint_path(w.dataset, w.method, w.mu, w.K, w.E, w.T, w.seed),
     conda:
         "../envs/fedsim.yaml"
     threads: config["simulator"]["threads"]
@@ -37,5 +39,5 @@ rule train:
         " --batch-size {params.batch_size} --lr {params.lr} --rounds {params.rounds}"
         " --seed {wildcards.seed} --selection {params.selection}"
         " --second-subset {params.second_subset}"
-        " --device {params.device} --threads {threads}"
+        " --device {params.device} --threads {threads} --checkpoint {params.checkpoint}"
         " --metrics {output.metrics} --info {output.info} > {log} 2>&1"
