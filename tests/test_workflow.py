@@ -454,3 +454,36 @@ def test_code_changes_rerun_what_they_touch(tiny_run):
         assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
     finally:
         feddane.write_text(original)
+
+
+def edited(path, run):
+    """Run `run()` with `path` edited (a trailing comment), then restore it."""
+    original = path.read_text()
+    try:
+        path.write_text(original + "\n# edited by the workflow test\n")
+        return run()
+    finally:
+        path.write_text(original)
+
+
+@needs_cli
+def test_figure_code_edit_redraws_only_figures_for_real(tiny_run):
+    figures = tiny_run / "src" / "fedsim" / "figures.py"
+    code, out = edited(figures, lambda: snakemake(tiny_run, "--cores", "2"))
+    assert code == 0, out
+    ran = set(job_counts(out)) - {"all", "total"}
+    assert ran == {"figure", "tuning_figure"}, out
+    # with the edit undone the figures are out of date again, and only they
+    code, out = snakemake(tiny_run, "--cores", "2")
+    assert code == 0 and set(job_counts(out)) - {"all", "total"} == {"figure", "tuning_figure"}, out
+
+
+@needs_cli
+def test_shared_engine_edit_reruns_every_training_run(tiny_run):
+    engine = tiny_run / "src" / "fedsim" / "engine.py"
+    code, out = edited(engine, lambda: snakemake(tiny_run, "--dry-run", "--cores", "1"))
+    assert code == 0, out
+    counts = job_counts(out)
+    # every run known before tuning (FedDANE's of Figures 2 and 3 follow once tuning reran)
+    assert counts["train"] == len(TINY_DATASETS) * ((2 + len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2), out
+    assert "generate_synthetic" not in counts
