@@ -15,6 +15,7 @@ configfile: "config/config.yaml"
 # error naming the bad key) and fills in the schema's defaults.
 include: "workflow/rules/common.smk"
 include: "workflow/rules/data.smk"
+include: "workflow/rules/leaf.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/summary.smk"
 include: "workflow/rules/figures.smk"

@@ -1,6 +1,9 @@
 """Command line: the steps the Snakemake rules call, usable on their own.
 
     python -m fedsim generate-synthetic --name synthetic_1_1 --alpha 1 --beta 1 --out d.h5
+    python -m fedsim prepare-shakespeare --raw gutenberg-100-1994.txt.gz --out shakespeare.h5
+    python -m fedsim prepare-femnist --json leaf/femnist/train leaf/femnist/test --out femnist.h5
+    python -m fedsim datasets-table --out datasets.csv DATASET_H5...
     python -m fedsim train --data d.h5 --method feddane --mu 0.01 --metrics m.csv --info run.json
     python -m fedsim summarise --out runs.csv RUN_JSON...
     python -m fedsim tune --method feddane --fraction 0.1 --out tuned_mu.csv RUN_JSON...
@@ -26,6 +29,44 @@ def _generate_synthetic(args) -> None:
     write_synthetic(args.out, name=args.name, alpha=args.alpha, beta=args.beta, iid=args.iid,
                     num_devices=args.devices, num_features=args.features, num_classes=args.classes,
                     seed=args.seed, train_fraction=args.train_fraction)
+
+
+def _prepare_shakespeare(args) -> None:
+    import tempfile
+    from pathlib import Path
+
+    from .download import fetch
+    from .leaf.shakespeare import build_shakespeare
+
+    if (args.raw is None) == (args.mirror is None):
+        raise ValueError("give one of --raw (a local copy of the e-book) and --mirror (a folder)")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    # The local copy goes through fetch() like a download (streamed, hashed, renamed), into a
+    # scratch folder beside the output; the file keeps its name, whose suffix tells its format.
+    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as tmp:
+        dest = Path(tmp) / Path(args.raw).name if args.raw else Path(tmp)
+        fetched = fetch("shakespeare", dest, local_path=args.raw, mirror=args.mirror)
+        print(f"shakespeare: {fetched.origin} sha256 {fetched.sha256}")
+        fraction = None if args.fraction <= 0 else args.fraction
+        prov = build_shakespeare(fetched.path, out, fraction=fraction, min_samples=args.min_samples,
+                                 train_fraction=args.train_fraction, seed=args.seed, name=args.name)
+    print(f"{args.name}: {prov['leaf_users']} LEAF users, text is the 1994 edition: "
+          f"{prov['text_is_1994_edition']}")
+
+
+def _prepare_femnist(args) -> None:
+    from .leaf.femnist import build_femnist, read_json_pool
+
+    pool, info = read_json_pool(args.json)
+    print(f"femnist: {info['files']} JSON files, distinct a-j images per class {info['distinct_per_class']}")
+    build_femnist(pool, args.out, variant=args.variant, seed=args.seed, name=args.name, pool_info=info)
+
+
+def _datasets_table(args) -> None:
+    from .leaf.stats import write_datasets_csv
+
+    print(write_datasets_csv(args.datasets, args.out).to_string(index=False))
 
 
 def _train(args) -> None:
@@ -91,6 +132,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True)
     p.set_defaults(func=_generate_synthetic)
+
+    p = sub.add_parser("prepare-shakespeare", help="LEAF's Shakespeare from the Gutenberg e-book, as HDF5")
+    p.add_argument("--raw", help="local copy of the e-book (1994-01-100.zip, 100.txt or a .txt.gz)")
+    p.add_argument("--mirror", help="folder holding 1994-01-100.zip (instead of --raw)")
+    p.add_argument("--name", default="shakespeare")
+    p.add_argument("--fraction", type=float, default=0.2, help="LEAF's niid sampling fraction (0: every user)")
+    p.add_argument("--min-samples", type=int, default=0, help="drop users with fewer samples")
+    p.add_argument("--train-fraction", type=float, default=0.8)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_prepare_shakespeare)
+
+    p = sub.add_parser("prepare-femnist", help="FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON files, as HDF5")
+    p.add_argument("--json", nargs="+", required=True, help="LEAF JSON files or folders (searched recursively)")
+    p.add_argument("--variant", choices=["faithful", "corrected"], default="faithful")
+    p.add_argument("--name", default="femnist")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_prepare_femnist)
+
+    p = sub.add_parser("datasets-table", help="devices and samples per device of dataset files: datasets.csv")
+    p.add_argument("--out", required=True)
+    p.add_argument("datasets", nargs="+", help="dataset HDF5 files")
+    p.set_defaults(func=_datasets_table)
 
     p = sub.add_parser("train", help="run one federated training and write its metrics")
     p.add_argument("--data", required=True, help="dataset HDF5 file")

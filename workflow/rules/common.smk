@@ -320,6 +320,7 @@ NOT_TRAIN_CODE = (
     "figures.py",
 )
 SUMMARY_CODE = ("summary.py",)
+LEAF_CODE = ("download.py", "leaf/common.py", "leaf/leafjson.py", "data.py")
 FIGURE_CODE = ("figures.py", "summary.py")
 
 
@@ -467,6 +468,8 @@ def final_targets():
     for name in figure_experiments():
         for metric in FIGURE_METRICS:
             targets += [figure_path(name, ext, metric) for ext in ("pdf", "png")]
+    if any(entry["kind"] in LEAF_KINDS for entry in config["datasets"].values()):
+        targets.append(summary_path("datasets.csv"))  # only then: the default DAG stays as it was
     return targets
 
 
@@ -489,6 +492,30 @@ def synthetic_args(dataset):
         f"--seed {settings['seed']}",
     ]
     return " ".join(args)
+
+
+LEAF_KINDS = ("femnist", "shakespeare")
+
+
+def leaf_raw_inputs(dataset):
+    """The local raw files a LEAF dataset is built from: Shakespeare's e-book (`raw`, or the
+    source's file name in the `mirror` folder); FEMNIST's LEAF JSON files or folders (`json`)."""
+    entry = dataset_cfg(dataset)
+    if entry["kind"] == "femnist":
+        return as_list(entry["json"])
+    if "raw" in entry:
+        return entry["raw"]
+    return str(Path(entry["mirror"], "1994-01-100.zip"))
+
+
+def shakespeare_args(dataset):
+    """CLI arguments of `fedsim prepare-shakespeare` (source and LEAF sampling)."""
+    entry = dataset_cfg(dataset)
+    source = f"--raw {entry['raw']}" if "raw" in entry else f"--mirror {entry['mirror']}"
+    return (
+        f"{source} --fraction {fmt(entry['fraction'])} --min-samples {entry['min_samples']}"
+        f" --train-fraction {fmt(entry['train_fraction'])} --seed {entry['seed']}"
+    )
 
 
 def train_mem_mb(dataset):
