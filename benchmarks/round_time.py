@@ -48,6 +48,8 @@ def best_of(repeats: int, fn) -> float:
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()  # GPU work is queued: wait for it before reading the clock
         times.append(time.perf_counter() - start)
     return min(times)
 
@@ -56,9 +58,9 @@ def oracle_inputs(train, devices, steps: int, batch_size: int, num_classes: int,
     """The round's samples, tiled into K lanes of ceil(steps / K) full batches, in the engine's layout."""
     x, y, _ = train.subset(devices)
     lanes, depth = len(devices), -(-steps // len(devices))
-    take = torch.arange(depth * lanes * batch_size) % len(x)
+    take = torch.arange(depth * lanes * batch_size, device=x.device) % len(x)
     x, y = x[take].view(depth, lanes, batch_size, -1), y[take].view(depth, lanes, batch_size)
-    y_t = (y.unsqueeze(-2) == torch.arange(num_classes)[:, None]).to(x.dtype)
+    y_t = (y.unsqueeze(-2) == torch.arange(num_classes, device=x.device)[:, None]).to(x.dtype)
     v = params.mT.expand(lanes, *params.mT.shape).contiguous()
     return x / batch_size, x.mT.contiguous(), y_t, v
 
@@ -84,23 +86,24 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=20)
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "synthetic.h5"
         write_synthetic(path, name="bench", alpha=args.alpha, beta=args.beta, iid=False, seed=0)
-        config = RunConfig(data=str(path), method=args.method, mu=args.mu, load="memory")
+        config = RunConfig(data=str(path), method=args.method, mu=args.mu, load="memory", device=args.device)
         with FederatedDataset(path) as dataset:
             data = RunData(config, dataset)
     model, train, test = data.model, data.eval_train, data.eval_test
     method, sizes = get_method(args.method), train.sizes
-    params = model.init(torch.Generator().manual_seed(0))
+    params = model.init(torch.Generator().manual_seed(0)).to(data.device)
     settings = SGDSettings(lr=0.01, epochs=args.epochs, batch_size=args.batch_size, seed=0)
     k = args.clients_per_round
 
     def weights(devices):
-        n = torch.as_tensor(sizes[devices], dtype=params.dtype)
+        n = torch.as_tensor(sizes[devices], dtype=params.dtype, device=params.device)
         return n / n.sum()
 
     def round_context(t):
@@ -134,7 +137,7 @@ def main() -> None:
 
     print(f"Synthetic ({args.alpha:g},{args.beta:g}): {len(sizes)} devices, {int(sizes.sum())} training samples; "
           f"{args.method} mu={args.mu:g} K={k}, E={args.epochs}, B={args.batch_size}; {args.rounds} rounds, "
-          f"best of {args.repeats}; {args.threads} thread(s), torch {torch.__version__}")
+          f"best of {args.repeats}; {data.device}, {args.threads} thread(s), torch {torch.__version__}")
     print(f"SGD steps per round   {statistics.mean(steps):7.0f} (longest device {statistics.mean(longest):.0f}, "
           f"oracle depth {statistics.mean(-(-s // k) for s in steps):.0f})")
     print(f"batched engine      {mean['engine']:8.4f} s/round")

@@ -135,7 +135,7 @@ def test_default_dag_dry_run(tmp_path):
     assert "synthetic_1_1/fedavg/mu0_K1_E20" not in out  # Figure 2 leaves out (1,1)
     # the paper's hyper-parameters reach the package CLI
     assert re.search(
-        r"python -m fedsim train --data results/datasets/synthetic_iid\.h5 --method fedprox"
+        r"python -m fedsim\.warm train --data results/datasets/synthetic_iid\.h5 --method fedprox"
         r" --mu 1 --clients-per-round 10 --epochs 20 --batch-size 10 --lr 0\.01 --rounds 200"
         r" --seed 0 --selection uniform --second-subset independent",
         out,

@@ -63,7 +63,7 @@ class MCLR:
     def residual(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, logits=None) -> torch.Tensor:
         """softmax(x W) - onehot(y): the loss gradient with respect to the logits, per sample."""
         r = torch.softmax(self.logits(params, x) if logits is None else logits, dim=-1)
-        r[torch.arange(len(y)), y] -= 1
+        r[torch.arange(len(y), device=y.device), y] -= 1
         return r
 
     def device_grads(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, offsets,

@@ -314,6 +314,7 @@ NOT_TRAIN_CODE = (
     "__init__.py",
     "__main__.py",
     "cli.py",
+    "warm.py",
     "atomic.py",
     "synthetic.py",
     "summary.py",
@@ -554,6 +555,10 @@ def metrics_of(runs):
 # ---------------------------------------------------------------------------------------
 
 validate_config(config)
+# Jobs call fedsim through its warm launcher (fedsim.warm: one process imports torch once and
+# forks a child per job); FEDSIM_WARM=0, inherited by the jobs, makes every job a fresh process.
+# Not a param: it changes no result, so switching it reruns nothing.
+os.environ.update(FEDSIM_WARM="1" if config["simulator"]["warm_start"] else "0")
 
 
 wildcard_constraints:

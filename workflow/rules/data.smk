@@ -22,5 +22,5 @@ rule generate_synthetic:
     benchmark:
         benchmark_path("generate_synthetic", "{dataset}")
     shell:
-        "python -m fedsim generate-synthetic --name {wildcards.dataset} {params.args} "
+        "python -m fedsim.warm generate-synthetic --name {wildcards.dataset} {params.args} "
         "--out {output} > {log} 2>&1"

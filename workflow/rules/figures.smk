@@ -41,9 +41,9 @@ rule figure:
     benchmark:
         benchmark_path("figure", "{experiment}")
     shell:
-        "(python -m fedsim {params.command} --tuned {input.tuned} --x-axis {params.x_axis}"
+        "(python -m fedsim.warm {params.command} --tuned {input.tuned} --x-axis {params.x_axis}"
         " --out {output.pdf} {input.runs}"
-        " && python -m fedsim {params.command} --tuned {input.tuned} --x-axis {params.x_axis}"
+        " && python -m fedsim.warm {params.command} --tuned {input.tuned} --x-axis {params.x_axis}"
         " --metric test_acc --out {output.acc_pdf} {input.runs}) > {log} 2>&1"
 
 
@@ -75,5 +75,5 @@ rule tuning_figure:
     benchmark:
         benchmark_path("tuning_figure", "tuning")
     shell:
-        "python -m fedsim tuning-figure --tuned {input.tuned} --fraction {params.fraction}"
+        "python -m fedsim.warm tuning-figure --tuned {input.tuned} --fraction {params.fraction}"
         " --out {output.pdf} {input.runs} > {log} 2>&1"

@@ -25,7 +25,7 @@ rule prepare_shakespeare:
     benchmark:
         benchmark_path("prepare_shakespeare", "{dataset}")
     shell:
-        "python -m fedsim prepare-shakespeare --name {wildcards.dataset} {params.args} "
+        "python -m fedsim.warm prepare-shakespeare --name {wildcards.dataset} {params.args} "
         "--out {output} > {log} 2>&1"
 
 
@@ -52,7 +52,7 @@ rule prepare_femnist:
     benchmark:
         benchmark_path("prepare_femnist", "{dataset}")
     shell:
-        "python -m fedsim prepare-femnist --name {wildcards.dataset} --json {input.json} "
+        "python -m fedsim.warm prepare-femnist --name {wildcards.dataset} --json {input.json} "
         "--variant {params.variant} --seed {params.seed} --out {output} > {log} 2>&1"
 
 
@@ -74,4 +74,4 @@ rule datasets_table:
     benchmark:
         benchmark_path("datasets_table", "datasets")
     shell:
-        "python -m fedsim datasets-table --out {output} {input.datasets} > {log} 2>&1"
+        "python -m fedsim.warm datasets-table --out {output} {input.datasets} > {log} 2>&1"

@@ -28,7 +28,7 @@ checkpoint tune:
     benchmark:
         benchmark_path("tune", "tuned_mu")
     shell:
-        "python -m fedsim tune --method {params.method} --fraction {params.fraction}"
+        "python -m fedsim.warm tune --method {params.method} --fraction {params.fraction}"
         " --out {output} {input.runs} > {log} 2>&1"
 
 
@@ -57,4 +57,4 @@ rule summarise:
     benchmark:
         benchmark_path("summarise", "runs")
     shell:
-        "python -m fedsim summarise --out {output} {input.runs} > {log} 2>&1"
+        "python -m fedsim.warm summarise --out {output} {input.runs} > {log} 2>&1"

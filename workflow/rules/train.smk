@@ -33,7 +33,7 @@ rule train:
     benchmark:
         benchmark_path("train", run_stem())
     shell:
-        "python -m fedsim train --data {input.data}"
+        "python -m fedsim.warm train --data {input.data}"
         " --method {wildcards.method} --mu {wildcards.mu}"
         " --clients-per-round {wildcards.K} --epochs {wildcards.E}"
         " --batch-size {params.batch_size} --lr {params.lr} --rounds {params.rounds}"

@@ -1,0 +1,268 @@
+"""Warm start: `python -m fedsim.warm ARGS` does what `python -m fedsim ARGS` does, without paying
+for `import torch` in every job.
+
+A workflow runs ~150 short fedsim jobs; each new Python process spends ~2-3 s importing torch,
+numpy, pandas, h5py and matplotlib before it trains for a few seconds. Here the first job starts a
+small server that imports all of that once and then forks a fresh child per job. The child takes
+over the job's stdin/stdout/stderr (passed over a Unix socket), its working directory and its
+environment, runs the command and reports the exit code. So each job is still its own process,
+with its own outputs and log, and the result is the same as a cold start: a run depends only on
+its config, data and seed, and a forked child starts from the server's freshly imported state.
+
+Safety nets:
+- the server's name is a hash of the interpreter, the installed torch and every fedsim source
+  file (path, size, mtime): after an edit, jobs go to a new server running the new code;
+- the job dies with its launcher: the child watches the socket and exits when the launcher is
+  killed (a cancelled Snakemake job, a walltime), so no orphan keeps writing;
+- the server exits after IDLE_SECONDS without jobs (FEDSIM_WARM_IDLE overrides) and never
+  touches CUDA, so forking is safe;
+- FEDSIM_WARM=0 in the environment makes it run cold (the workflow's `simulator: warm_start`);
+- inside a batch-system job (SLURM, PBS, LSF, SGE) it runs cold: a forked child would live in the
+  server's cgroup, outside the job's CPU and memory limits;
+- anything that goes wrong before a job has started (no Unix sockets, no fork, the server fails
+  to come up) makes the launcher run the command itself, cold.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import importlib.util
+import json
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+IDLE_SECONDS = 60.0
+START_TIMEOUT = 120.0     # seconds to wait for a new server's imports (a cold page cache is slow)
+PRELOAD = ("torch", "numpy", "pandas", "h5py", "fedsim.cli", "fedsim.train", "fedsim.summary",
+           "fedsim.figures", "fedsim.leaf", "fedsim.leaf.stats", "fedsim.synthetic")
+# Read once at import by torch and the BLAS libraries: a job with other values gets another server.
+IMPORT_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+HEADER = struct.Struct("!I")
+BATCH_JOB_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID")
+
+
+def server_key(package_dir: Path | None = None) -> str:
+    """A hash of everything the server has imported that a job could see change."""
+    package_dir = package_dir or Path(__file__).resolve().parent
+    torch_spec = importlib.util.find_spec("torch")
+    torch_file = Path(torch_spec.origin) if torch_spec and torch_spec.origin else None
+    parts = [sys.executable, sys.version, str(package_dir)]
+    parts += [f"{k}={os.environ.get(k, '')}" for k in IMPORT_ENV]
+    if torch_file is not None:
+        stat = torch_file.parent.joinpath("version.py").stat()
+        parts.append(f"torch {torch_file} {stat.st_size} {stat.st_mtime_ns}")
+    for path in sorted(package_dir.rglob("*.py")):
+        stat = path.stat()
+        parts.append(f"{path.relative_to(package_dir)} {stat.st_size} {stat.st_mtime_ns}")
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
+
+
+def socket_path(key: str) -> Path:
+    # Unix socket paths are limited to ~100 bytes: keep it in the temp folder.
+    return Path(tempfile.gettempdir()) / f"fedsim-warm-{os.getuid()}-{key}.sock"
+
+
+# ---------------------------------------------------------------------------------------
+# Launcher (the job's process)
+# ---------------------------------------------------------------------------------------
+
+
+def launch(argv: list[str]) -> int:
+    """Run `fedsim ARGV` through a warm server; cold in this process if that cannot start."""
+    if os.environ.get("FEDSIM_WARM") == "0" or any(name in os.environ for name in BATCH_JOB_ENV):
+        return _run_cold(argv)
+    try:
+        conn = _connect(socket_path(server_key()))
+        _send_request(conn, argv)
+        started = conn.recv(1) == b"S"
+    except OSError:
+        started = False
+    if not started:
+        return _run_cold(argv)
+    # From here on the job runs in the server's child: wait for its exit code. If this process is
+    # killed, the socket closes and the child stops too.
+    reply = _recv_exact(conn, HEADER.size)
+    return HEADER.unpack(reply)[0] if reply else 1
+
+
+def _run_cold(argv: list[str]) -> int:
+    from .cli import main
+
+    return main(argv)
+
+
+def _connect(path: Path) -> socket.socket:
+    """A connection to the server at `path`, starting one if none answers."""
+    try:
+        return _dial(path)
+    except OSError:
+        pass
+    server = subprocess.Popen([sys.executable, "-m", "fedsim.warm", "--serve", str(path)],
+                              start_new_session=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, close_fds=True)
+    deadline = time.monotonic() + START_TIMEOUT
+    while True:
+        try:
+            return _dial(path)
+        except OSError:
+            # Ours exited without serving, and no other holds the lock: none is coming up.
+            gone = server.poll() is not None and not _server_alive(path)
+            if gone or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _server_alive(path: Path) -> bool:
+    """Whether a server holds the lock of `path` (it may still be importing)."""
+    with open(f"{path}.lock", "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(lock, fcntl.LOCK_UN)
+        return False
+
+
+def _dial(path: Path) -> socket.socket:
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+    except OSError:
+        conn.close()
+        raise
+    return conn
+
+
+def _send_request(conn: socket.socket, argv: list[str]) -> None:
+    payload = json.dumps({"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ)}).encode()
+    socket.send_fds(conn, [HEADER.pack(len(payload))], [0, 1, 2])
+    conn.sendall(payload)
+
+
+def _recv_exact(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            return b""
+        data += chunk
+    return data
+
+
+# ---------------------------------------------------------------------------------------
+# Server
+# ---------------------------------------------------------------------------------------
+
+
+def serve(path: Path, idle_seconds: float) -> None:
+    """Import once, then fork one child per job until idle for `idle_seconds`."""
+    lock = open(f"{path}.lock", "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return  # another server owns this key
+    for name in PRELOAD:
+        __import__(name)
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)  # the jobs of this user only
+    listener.listen(64)
+    listener.settimeout(1.0)
+    children, last_active = set(), time.monotonic()
+    try:
+        while children or time.monotonic() - last_active < idle_seconds:
+            children -= _reaped(children)
+            if children:
+                last_active = time.monotonic()
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                _child(conn)  # never returns
+            conn.close()
+            children.add(pid)
+            last_active = time.monotonic()
+    finally:
+        path.unlink(missing_ok=True)
+        listener.close()
+
+
+def _reaped(children: set[int]) -> set[int]:
+    done = set()
+    for pid in children:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            done.add(pid)
+    return done
+
+
+def _child(conn: socket.socket) -> None:
+    """Become the job: its stdio, cwd and environment; run it; report the exit code."""
+    code = 1
+    try:
+        conn.setblocking(True)
+        msg, fds, _, _ = socket.recv_fds(conn, HEADER.size, 3)
+        request = json.loads(_recv_exact(conn, HEADER.unpack(msg)[0]))
+        for target, fd in enumerate(fds):
+            os.dup2(fd, target)
+            os.close(fd)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        conn.sendall(b"S")
+        threading.Thread(target=_die_with_launcher, args=(conn,), daemon=True).start()
+        code = _run_job(request["argv"])
+        conn.sendall(HEADER.pack(code))
+    finally:
+        os._exit(code)
+
+
+def _run_job(argv: list[str]) -> int:
+    from .cli import main
+
+    sys.argv = ["fedsim", *argv]
+    try:
+        code = main(argv)
+    except SystemExit as stop:  # argparse errors, --help
+        code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+def _die_with_launcher(conn: socket.socket) -> None:
+    """The launcher never sends after its request: any return from recv means it is gone."""
+    try:
+        conn.recv(1)
+    except OSError:
+        pass
+    os._exit(143)
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--serve"]:
+        serve(Path(sys.argv[2]), float(os.environ.get("FEDSIM_WARM_IDLE", IDLE_SECONDS)))
+        return 0
+    return launch(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

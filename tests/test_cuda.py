@@ -1,0 +1,85 @@
+"""The engines and a whole run on CUDA give the CPU's numbers. Skipped where there is no GPU (CI).
+
+Run on a GPU machine with `python -m pytest tests/test_cuda.py`.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
+from fedsim.lstm import Sent140LSTM
+from fedsim.methods import LocalProblem
+from fedsim.train import RunConfig, run
+
+from test_lstm import params_of, tiny_char, tiny_clients as tiny_lstm_clients, write_leaf_like
+from tiny import tiny_clients, tiny_dataset, tiny_params
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
+CUDA = torch.device("cuda")
+
+
+def on_cuda(clients: Clients) -> Clients:
+    return Clients(x=clients.x.to(CUDA), y=clients.y.to(CUDA), offsets=clients.offsets, ids=clients.ids)
+
+
+def round_on(model, params, clients, devices, settings, device):
+    """One round of local SGD with proximal and correction terms, everything on `device`."""
+    correction = 0.05 * torch.randn(len(devices), *params.shape, generator=torch.Generator().manual_seed(3),
+                                    dtype=params.dtype)
+    problem = LocalProblem(mu=0.2, correction=correction.to(device))
+    if device.type == "cuda":
+        clients = on_cuda(clients)
+    out = local_sgd_batched(model, params.to(device), problem, clients, devices, settings, 4)
+    return out.cpu()
+
+
+def test_mclr_engine_on_cuda_equals_the_cpu_loop():
+    model, clients = tiny_clients(dtype=torch.float64)
+    params = tiny_params(model)
+    devices = np.array([4, 0, 3, 1, 5, 2])
+    settings = SGDSettings(lr=0.05, epochs=5, batch_size=4, seed=11)
+    cuda = round_on(model, params, clients, devices, settings, CUDA)
+    problem = LocalProblem(mu=0.2, correction=0.05 * torch.randn(len(devices), *params.shape,
+                                                                generator=torch.Generator().manual_seed(3),
+                                                                dtype=params.dtype))
+    loop = local_sgd_loop(model, params, problem, clients, devices, settings, 4)
+    assert (cuda != params).any(dim=(1, 2)).all()
+    torch.testing.assert_close(cuda, loop, rtol=0, atol=1e-9)
+
+
+def tiny_sent_on(device, vocab=9):
+    table = torch.randn(vocab + 1, 4, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    table[-1] = 0
+    return Sent140LSTM(table.to(device), seq_len=5, hidden=4, dense=3)
+
+
+@pytest.mark.parametrize("kind", ["char", "sent140"])
+def test_lstm_engine_on_cuda_equals_the_cpu(kind):
+    cpu_model = tiny_char() if kind == "char" else tiny_sent_on("cpu")
+    cuda_model = tiny_char() if kind == "char" else tiny_sent_on(CUDA)
+    clients, params = tiny_lstm_clients(cpu_model), params_of(cpu_model)
+    devices = np.array([2, 0, 4, 3, 1])
+    settings = SGDSettings(lr=0.3, epochs=3, batch_size=5, seed=11)
+    cpu = round_on(cpu_model, params, clients, devices, settings, torch.device("cpu"))
+    cuda = round_on(cuda_model, params, clients, devices, settings, CUDA)
+    assert (cuda != params).any(dim=1).all()
+    torch.testing.assert_close(cuda, cpu, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["synthetic", "shakespeare", "sent140"])
+def test_a_run_on_cuda_gives_the_cpu_metrics(tmp_path, kind):
+    """float64 so that the comparison is about the code path, not float32 kernel rounding."""
+    if kind == "synthetic":
+        data, lr = tiny_dataset(tmp_path / "tiny.h5"), 0.05
+    else:
+        data = write_leaf_like(tmp_path / f"{kind}.h5", kind, per_device=12 if kind == "shakespeare" else 30)
+        lr = 0.8 if kind == "shakespeare" else 0.3
+    results = {}
+    for device in ["cpu", "cuda"]:
+        config = RunConfig(data=data, method="feddane", mu=0.01, clients_per_round=2, epochs=1, batch_size=10,
+                           lr=lr, rounds=3, dtype="float64", device=device)
+        results[device], record = run(config)
+        assert record["config"]["device"] == device
+    np.testing.assert_allclose(results["cuda"].to_numpy(float), results["cpu"].to_numpy(float),
+                               rtol=1e-7, atol=1e-9)

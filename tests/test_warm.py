@@ -1,0 +1,112 @@
+"""The warm launcher (fedsim.warm) gives what a fresh `python -m fedsim` gives, dies with its job,
+follows code edits and stops by itself."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fedsim import warm
+
+from tiny import tiny_dataset
+
+TRAIN = ["train", "--method", "feddane", "--mu", "0.1", "--clients-per-round", "3", "--epochs", "2",
+         "--batch-size", "5", "--lr", "0.05"]
+
+
+@pytest.fixture
+def env(tmp_path_factory):
+    """A private temp folder (so a private server) that goes idle quickly."""
+    tmp = tmp_path_factory.mktemp("w")
+    yield {**os.environ, "TMPDIR": str(tmp), "FEDSIM_WARM_IDLE": "3"}
+    for pid in server_pids(tmp):
+        os.kill(pid, signal.SIGKILL)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("warm") / "tiny.h5", devices=8)
+
+
+def server_pids(tmp) -> list[int]:
+    """The server and its job children: the processes whose command line names a socket in `tmp`."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"--serve" in cmdline and any(arg.startswith(str(tmp).encode()) for arg in cmdline):
+            pids.append(int(proc.name))
+    return pids
+
+
+def fedsim(module, args, env, cwd, **kw):
+    return subprocess.run([sys.executable, "-m", module, *args], env=env, cwd=cwd, capture_output=True,
+                          text=True, **kw)
+
+
+def test_warm_jobs_give_the_cold_outputs_and_exit_codes(data, env, tmp_path):
+    outputs = {}
+    for label, module in [("cold", "fedsim"), ("warm1", "fedsim.warm"), ("warm2", "fedsim.warm")]:
+        args = [*TRAIN, "--data", data, "--rounds", "5", "--metrics", f"{label}/m.csv", "--info", f"{label}/r.json"]
+        done = fedsim(module, args, env, tmp_path)
+        assert done.returncode == 0, done.stderr
+        assert "feddane mu=0.1 on tiny: done" in done.stdout  # the job's stdout reached ours
+        outputs[label] = (tmp_path / label / "m.csv").read_bytes()
+    assert outputs["warm1"] == outputs["cold"] == outputs["warm2"]
+    assert len(server_pids(env["TMPDIR"])) == 1  # the second warm job reused the first one's server
+
+    bad = fedsim("fedsim.warm", [*TRAIN, "--data", "missing.h5", "--metrics", "m.csv", "--info", "r.json"],
+                 env, tmp_path)
+    assert bad.returncode == 2 and "dataset file not found: missing.h5" in bad.stderr
+
+
+def test_a_killed_launcher_takes_its_job_along(data, env, tmp_path):
+    args = [*TRAIN, "--data", data, "--rounds", "100000", "--metrics", "m.csv", "--info", "r.json"]
+    launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *args], env=env, cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(server_pids(env["TMPDIR"])) < 2:  # the server and the job's child
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    while len(server_pids(env["TMPDIR"])) > 1:
+        assert time.monotonic() < deadline, "the job outlived its launcher"
+        time.sleep(0.1)
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_the_server_stops_when_idle(data, env, tmp_path):
+    args = [*TRAIN, "--data", data, "--rounds", "1", "--metrics", "m.csv", "--info", "r.json"]
+    assert fedsim("fedsim.warm", args, env, tmp_path).returncode == 0
+    assert server_pids(env["TMPDIR"])
+    deadline = time.monotonic() + 30
+    while server_pids(env["TMPDIR"]):
+        assert time.monotonic() < deadline, "the server did not stop after 3 idle seconds"
+        time.sleep(0.2)
+    assert not list(Path(env["TMPDIR"]).glob("*.sock"))
+
+
+def test_warm_off_runs_cold(data, env, tmp_path):
+    args = [*TRAIN, "--data", data, "--rounds", "1", "--metrics", "m.csv", "--info", "r.json"]
+    for switch in [{"FEDSIM_WARM": "0"}, {"SLURM_JOB_ID": "42"}]:
+        assert fedsim("fedsim.warm", args, {**env, **switch}, tmp_path).returncode == 0
+        assert not server_pids(env["TMPDIR"])
+
+
+def test_a_code_edit_gets_a_new_server(tmp_path):
+    package = tmp_path / "fedsim"
+    shutil.copytree(Path(warm.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
+    before = warm.server_key(package)
+    assert warm.server_key(package) == before
+    engine = package / "engine.py"
+    engine.write_text(engine.read_text() + "\n# edited\n")
+    assert warm.server_key(package) != before
