@@ -133,6 +133,20 @@ def test_checksum_mismatch_names_file_and_both_digests_and_leaves_nothing(server
     assert server.hits["/base/trainingandtestdata.zip"] == 1  # a changed file is not retried
 
 
+def test_recorded_checksums_apply_when_none_is_given(server, raw, tmp_path):
+    """Made-up files under the real names fail the checksums recorded for the real archives."""
+    recorded = download.SOURCES["sent140"].sha256
+    with pytest.raises(download.ChecksumError, match=f"sha256 mismatch .* expected {recorded}, got {sha(raw['sent140'])}"):
+        download.fetch("sent140", f"{tmp_path}/out/", base_url=serve(server, raw["sent140"]), backoff=0)
+    md5 = download.SOURCES["shakespeare"].md5
+    with pytest.raises(download.ChecksumError, match=f"1994-01-100.zip: md5 mismatch .* expected {md5}"):
+        download.fetch("shakespeare", f"{tmp_path}/out/", mirror=raw["shakespeare"].parent)
+    assert leftovers(tmp_path / "out") == []
+    right_md5 = hashlib.md5(raw["shakespeare"].read_bytes()).hexdigest()
+    got = download.fetch("shakespeare", f"{tmp_path}/out/", md5=right_md5, mirror=raw["shakespeare"].parent)
+    assert got.verified and got.md5 == right_md5 and leftovers(tmp_path / "out") == ["1994-01-100.zip"]
+
+
 def test_interrupted_transfer_is_retried_then_succeeds(server, raw, tmp_path):
     base = serve(server, raw["shakespeare"])
     server.truncate["/base/1994-01-100.zip"] = 2  # two replies close after half the bytes
@@ -147,13 +161,13 @@ def test_interrupted_transfer_fails_cleanly_after_the_retries(server, raw, tmp_p
     base = serve(server, raw["shakespeare"])
     server.truncate["/base/1994-01-100.zip"] = 99
     out = tmp_path / "out"
-    with pytest.raises(RuntimeError, match=r"1994-01-100.zip: download from .* failed after 3 attempt\(s\)"):
+    with pytest.raises(download.DownloadError, match=r"1994-01-100.zip: download from .* failed after 3 attempt\(s\)"):
         download.fetch("shakespeare", out / "1994-01-100.zip", base_url=base, retries=2, backoff=0.01)
     assert server.hits["/base/1994-01-100.zip"] == 3 and leftovers(out) == []
 
 
 def test_missing_file_is_not_retried(server, tmp_path):
-    with pytest.raises(RuntimeError, match="404"):
+    with pytest.raises(download.DownloadError, match="404"):
         download.fetch("glove", tmp_path, base_url=server.url + "/nowhere", retries=3, backoff=0.01)
     assert server.hits == {"/nowhere/glove.6B.zip": 1} and leftovers(tmp_path) == []
 
@@ -163,8 +177,8 @@ def test_mirror_and_local_path_are_used_without_network(server, raw, tmp_path):
     dead = server.url + "/must-not-be-used"
     got = download.fetch("sent140", tmp_path / "a", sha256=sha(raw["sent140"]), mirror=mirror, base_url=dead)
     assert got.verified and got.origin == str(raw["sent140"]) and got.path.read_bytes() == raw["sent140"].read_bytes()
-    got = download.fetch("glove", tmp_path / "b" / "g.zip", local_path=raw["glove"], base_url=dead)
-    assert got.path.read_bytes() == raw["glove"].read_bytes()
+    got = download.fetch("glove", tmp_path / "b" / "g.zip", local_path=raw["glove"], base_url=dead, verify=False)
+    assert not got.verified and got.path.read_bytes() == raw["glove"].read_bytes()
     with pytest.raises(download.ChecksumError):
         download.fetch("shakespeare", f"{tmp_path}/c/", sha256="1" * 64, mirror=mirror, base_url=dead)
     with pytest.raises(FileNotFoundError, match="by_write.zip"):

@@ -1,17 +1,22 @@
-"""The LEAF datasets in the workflow: FEMNIST and Shakespeare built from the shared raw files,
-datasets.csv, a short FEMNIST training run, and the plan of config/paper.yaml.
+"""The LEAF datasets in the workflow: raw sources fetched by the `download` rule (from a loopback
+HTTP server this test starts, or from the shared real files), datasets built, datasets.csv, and
+short training runs of FEMNIST, Shakespeare and Sent140 through Snakemake.
 
-Shakespeare is built but not trained here: one CharLSTM round on CPU takes minutes (the
-metrics are evaluated on every device), far beyond a test's budget.
+Shakespeare's run evaluates a seeded sample of devices (`eval_devices`): the metrics over all of
+its devices would take minutes per round on a CPU.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 from pathlib import Path
 
 import pytest
 
+from test_download import Server, serve, server  # noqa: F401 (the fixture)
+from test_leaf import make_glove_zip, make_gutenberg_zip, make_sent140_zip
 from test_workflow import REPO, copy_workflow, default_config, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
@@ -23,45 +28,142 @@ needs_data = pytest.mark.skipif(
 )
 
 
+def short_experiment(datasets, **kw):
+    return {"short": {"datasets": datasets, "methods": ["fedavg"], "clients_per_round": 2, "epochs": 1,
+                      "rounds": 1, **kw}}
+
+
+def read_csv(path):
+    return list(csv.DictReader(open(path)))
+
+
 @needs_data
-def test_leaf_datasets_built_and_femnist_trained(tmp_path):
+def test_leaf_datasets_from_the_shared_files_build_and_train(tmp_path):
     work = copy_workflow(tmp_path / "wf", with_src=True)
     cfg = default_config()
     cfg["seeds"] = [0]
+    cfg["sources"]["shakespeare"]["path"] = str(SHARED / "shakespeare" / "gutenberg-100-1994.txt.gz")
     cfg["datasets"] = {
         "femnist": {"kind": "femnist", "json": str(SHARED / "femnist"), "variant": "faithful",
                     "lr": 0.003, "batch_size": 10, "rounds": 200, "fedprox_mu": 1},
-        "shakespeare": {"kind": "shakespeare",
-                        "raw": str(SHARED / "shakespeare" / "gutenberg-100-1994.txt.gz"),
-                        "lr": 0.8, "batch_size": 10, "rounds": 40, "fedprox_mu": 0.001},
+        "shakespeare": {"kind": "shakespeare", "lr": 0.8, "batch_size": 10, "rounds": 40, "fedprox_mu": 0.001,
+                        "eval_devices": 2},
     }
-    cfg["experiments"] = {
-        "short": {"datasets": ["femnist"], "methods": ["fedavg"], "clients_per_round": 3,
-                  "epochs": 1, "rounds": 2},
-    }
+    cfg["experiments"] = short_experiment(["femnist", "shakespeare"])
     write_config(work, cfg)
-    code, out = snakemake(work, "--cores", "2", timeout=300)
+    code, out = snakemake(work, "--cores", "2", timeout=900)
     assert code == 0, out[-3000:]
-    rows = {r["dataset"]: r for r in csv.DictReader(open(work / "results/summary/datasets.csv"))}
+
+    # the local copy went through the download rule: copied, hashed, logged (no checksum to check)
+    raw = work / "resources/raw/shakespeare/gutenberg-100-1994.txt.gz"
+    assert raw.read_bytes() == (SHARED / "shakespeare" / "gutenberg-100-1994.txt.gz").read_bytes()
+    assert hashlib.sha256(raw.read_bytes()).hexdigest() in (work / "logs/download/shakespeare" /
+                                                             f"{raw.name}.log").read_text()
+    rows = {r["dataset"]: r for r in read_csv(work / "results/summary/datasets.csv")}
     assert set(rows) == {"femnist", "shakespeare"}
     assert int(rows["femnist"]["devices"]) == 200
-    assert int(rows["shakespeare"]["devices"]) > 0 and rows["shakespeare"]["kind"] == "shakespeare"
-    metrics = list(work.glob("results/runs/femnist/fedavg/*/metrics.csv"))
-    assert len(metrics) == 1
-    runs = list(csv.DictReader(open(work / "results/summary/runs.csv")))
-    assert len(runs) == 1 and runs[0]["dataset"] == "femnist"
+    assert int(rows["shakespeare"]["devices"]) == 250 and rows["shakespeare"]["kind"] == "shakespeare"
+    runs = {r["dataset"]: r for r in read_csv(work / "results/summary/runs.csv")}
+    assert set(runs) == {"femnist", "shakespeare"}
+    record = json.loads(next(work.glob("results/runs/shakespeare/fedavg/*/run.json")).read_text())
+    assert record["config"]["eval_devices"] == 2 and record["data_access"]["eval_sampled"]
+    assert record["result"]["rounds_completed"] == 1
+    assert 0 < record["result"]["final_train_loss"] < 10  # a next-char loss: ln(80) = 4.4 at chance
 
 
-@needs_data
-def test_paper_config_plans_leaf_jobs(tmp_path):
+@pytest.fixture
+def served(server, tmp_path):  # noqa: F811 (the fixture)
+    """Small raw files in the real layouts, served from 127.0.0.1 under their real names."""
+    made = tmp_path / "made"
+    made.mkdir()
+    files = {"shakespeare": make_gutenberg_zip(made / "1994-01-100.zip"),
+             "sent140": make_sent140_zip(made / "trainingandtestdata.zip"),
+             "glove": make_glove_zip(made / "glove.6B.zip")}
+    return {name: (serve(server, path, prefix=f"/{name}"), hashlib.sha256(path.read_bytes()).hexdigest())
+            for name, path in files.items()}
+
+
+def served_config(served):
+    cfg = default_config()
+    cfg["seeds"] = [0]
+    for name, (url, sha256) in served.items():
+        cfg["sources"][name] = {**cfg["sources"][name], "base_url": url, "sha256": sha256, "md5": None}
+    cfg["datasets"] = {
+        "shakespeare": {"kind": "shakespeare", "fraction": 0, "lr": 0.8, "batch_size": 10, "rounds": 40,
+                        "fedprox_mu": 0.001},
+        "sent140": {"kind": "sent140", "fraction": 0, "min_samples": 2, "lr": 0.3, "batch_size": 10,
+                    "rounds": 800, "fedprox_mu": 0.01},
+    }
+    cfg["experiments"] = short_experiment(["sent140"], rounds=2)
+    cfg["experiments"]["layout"] = {"datasets": ["shakespeare"], "methods": ["fedavg"], "clients_per_round": 1,
+                                    "epochs": 1, "rounds": 1}
+    return cfg
+
+
+def test_raw_sources_are_downloaded_checked_and_built(server, served, tmp_path):  # noqa: F811
     work = copy_workflow(tmp_path / "wf", with_src=True)
-    paper = work / "config" / "paper.yaml"  # its paths are relative to the repository
-    paper.write_text(paper.read_text().replace("../shared/data", str(SHARED)))
+    write_config(work, served_config(served))
+    code, out = snakemake(work, "--cores", "2", timeout=600)
+    assert code == 0, out[-3000:]
+    assert {path: hits for path, hits in server.hits.items()} == {
+        "/shakespeare/1994-01-100.zip": 1, "/sent140/trainingandtestdata.zip": 1, "/glove/glove.6B.zip": 1}
+    for name, (_, sha256) in served.items():
+        log = next((work / "logs/download" / name).glob("*.log")).read_text()
+        assert f"sha256 {sha256}" in log and ", verified" in log
+    rows = {r["dataset"]: r for r in read_csv(work / "results/summary/datasets.csv")}
+    assert int(rows["sent140"]["devices"]) == 2 and int(rows["shakespeare"]["devices"]) == 3
+    runs = {(r["dataset"], r["method"]): r for r in read_csv(work / "results/summary/runs.csv")}
+    assert set(runs) == {("sent140", "fedavg"), ("shakespeare", "fedavg")}
+    assert int(runs["sent140", "fedavg"]["rounds"]) == 2
+
+    # present and verified: nothing is fetched again, nothing reruns
+    code, out = snakemake(work, "--cores", "2", "--dry-run")
+    assert code == 0 and "Nothing to be done" in out, out[-2000:]
+
+
+def test_a_checksum_mismatch_stops_the_download_and_keeps_nothing(server, served, tmp_path):  # noqa: F811
+    work = copy_workflow(tmp_path / "wf", with_src=True)
+    cfg = served_config(served)
+    wrong = "ab" * 32
+    cfg["sources"]["glove"]["sha256"] = wrong
+    write_config(work, cfg)
+    code, out = snakemake(work, "--cores", "1", "results/datasets/sent140.h5", timeout=600)
+    assert code != 0
+    log = (work / "logs/download/glove/glove.6B.zip.log").read_text()
+    assert f"glove.6B.zip: sha256 mismatch for {served['glove'][0]}/glove.6B.zip: expected {wrong}, " \
+           f"got {served['glove'][1]}" in log
+    assert not (work / "resources/raw/glove").exists() or not any((work / "resources/raw/glove").iterdir())
+    assert not (work / "results/datasets/sent140.h5").exists()
+
+
+def test_paper_configs_plan_the_leaf_jobs(tmp_path):
+    work = copy_workflow(tmp_path / "wf", with_src=True)
     code, out = snakemake(work, "-n", "--configfile", "config/paper.yaml")
     assert code == 0, out[-3000:]
     counts = job_counts(out)
-    assert counts["prepare_femnist"] == 1 and counts["prepare_shakespeare"] == 1
+    assert counts["download"] == 4  # by_class.zip, trainingandtestdata.zip, glove.6B.zip, 1994-01-100.zip
+    assert counts["prepare_femnist"] == counts["prepare_sent140"] == counts["prepare_shakespeare"] == 1
     assert counts["datasets_table"] == 1
+    # Figure 3's LEAF columns: 50 % of FEMNIST's 200, 26 % of Sent140's 772, 70 % of Shakespeare's 250
+    for run in ("femnist/fedavg/mu0_K100_E1_seed0", "sent140/fedavg/mu0_K201_E1_seed0",
+                "shakespeare/fedprox/mu0.001_K175_E1_seed0"):
+        assert run in out, run
+    if SHARED is not None:
+        local = work / "config" / "local-data.yaml"
+        local.write_text(local.read_text().replace("../shared/data", str(SHARED)))
+        code, out = snakemake(work, "-n", "--configfile", "config/paper.yaml", "config/local-data.yaml")
+        assert code == 0, out[-3000:]
+        counts = job_counts(out)
+        assert counts["download"] == 1 and "prepare_sent140" not in counts
     code, out = snakemake(work, "-n")
     assert code == 0, out[-3000:]
-    assert "prepare_femnist" not in job_counts(out) and "datasets_table" not in job_counts(out)
+    assert "download" not in job_counts(out) and "datasets_table" not in job_counts(out)
+
+
+def test_config_sources_are_the_packages_sources():
+    from fedsim.download import SOURCES
+
+    for name, entry in default_config()["sources"].items():
+        source = SOURCES[name]
+        assert (entry["base_url"], entry["file"]) == (source.base_url, source.filename)
+        assert (entry.get("sha256"), entry.get("md5")) == (source.sha256, source.md5)

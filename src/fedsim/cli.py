@@ -1,8 +1,10 @@
 """Command line: the steps the Snakemake rules call, usable on their own.
 
     python -m fedsim generate-synthetic --name synthetic_1_1 --alpha 1 --beta 1 --out d.h5
+    python -m fedsim fetch shakespeare --out resources/raw/shakespeare/ [--mirror DIR | --path FILE]
     python -m fedsim prepare-shakespeare --raw gutenberg-100-1994.txt.gz --out shakespeare.h5
     python -m fedsim prepare-femnist --json leaf/femnist/train leaf/femnist/test --out femnist.h5
+    python -m fedsim prepare-sent140 --raw trainingandtestdata.zip --glove glove.6B.zip --out sent140.h5
     python -m fedsim datasets-table --out datasets.csv DATASET_H5...
     python -m fedsim train --data d.h5 --method feddane --mu 0.01 --metrics m.csv --info run.json
     python -m fedsim summarise --out runs.csv RUN_JSON...
@@ -31,36 +33,63 @@ def _generate_synthetic(args) -> None:
                     seed=args.seed, train_fraction=args.train_fraction)
 
 
-def _prepare_shakespeare(args) -> None:
-    import tempfile
-    from pathlib import Path
+def _fetch(args) -> None:
+    import logging
 
     from .download import fetch
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    got = fetch(args.source, args.out, sha256=args.sha256, md5=args.md5, verify=not args.no_verify,
+                mirror=args.mirror, local_path=args.path, base_url=args.base_url, retries=args.retries)
+    checked = "verified" if got.verified else "NOT verified (no checksum given)"
+    print(f"{args.source}: {got.path} from {got.origin}, sha256 {got.sha256}, md5 {got.md5}, {checked}")
+
+
+def _check_devices(out, declared) -> None:
+    """The workflow computes K = clients_fraction x the device count the config declares; say so
+    loudly when the built file has another count (LEAF's sampling is random: it varies by seed)."""
+    from .data import FederatedDataset
+
+    if declared is None:
+        return
+    with FederatedDataset(out) as dataset:
+        built = dataset.num_devices
+    if built != declared:
+        print(f"WARNING: {out} has {built} devices but the config declares devices: {declared}; "
+              f"clients_fraction gives K = fraction x {declared} (set devices: {built} for the exact fraction)",
+              file=sys.stderr)
+
+
+def _prepare_shakespeare(args) -> None:
     from .leaf.shakespeare import build_shakespeare
 
-    if (args.raw is None) == (args.mirror is None):
-        raise ValueError("give one of --raw (a local copy of the e-book) and --mirror (a folder)")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # The local copy goes through fetch() like a download (streamed, hashed, renamed), into a
-    # scratch folder beside the output; the file keeps its name, whose suffix tells its format.
-    with tempfile.TemporaryDirectory(prefix=f".{out.name}.", dir=out.parent) as tmp:
-        dest = Path(tmp) / Path(args.raw).name if args.raw else Path(tmp)
-        fetched = fetch("shakespeare", dest, local_path=args.raw, mirror=args.mirror)
-        print(f"shakespeare: {fetched.origin} sha256 {fetched.sha256}")
-        fraction = None if args.fraction <= 0 else args.fraction
-        prov = build_shakespeare(fetched.path, out, fraction=fraction, min_samples=args.min_samples,
-                                 train_fraction=args.train_fraction, seed=args.seed, name=args.name)
+    fraction = None if args.fraction <= 0 else args.fraction
+    prov = build_shakespeare(args.raw, args.out, fraction=fraction, min_samples=args.min_samples,
+                             train_fraction=args.train_fraction, seed=args.seed, name=args.name)
     print(f"{args.name}: {prov['leaf_users']} LEAF users, text is the 1994 edition: "
           f"{prov['text_is_1994_edition']}")
+    _check_devices(args.out, args.expect_devices)
 
 
 def _prepare_femnist(args) -> None:
-    from .leaf.femnist import build_femnist, read_json_pool
+    from .leaf.femnist import build_femnist, read_json_pool, read_nist_pool
 
-    pool, info = read_json_pool(args.json)
-    print(f"femnist: {info['files']} JSON files, distinct a-j images per class {info['distinct_per_class']}")
+    if (args.json is None) == (args.nist is None):
+        raise ValueError("give one of --json (LEAF JSON files or folders) and --nist (by_class.zip)")
+    pool, info = read_json_pool(args.json) if args.json else read_nist_pool(args.nist)
+    print(f"femnist: {info}")
     build_femnist(pool, args.out, variant=args.variant, seed=args.seed, name=args.name, pool_info=info)
+    _check_devices(args.out, args.expect_devices)
+
+
+def _prepare_sent140(args) -> None:
+    from .leaf.sent140 import build_sent140
+
+    fraction = None if args.fraction <= 0 else args.fraction
+    prov = build_sent140(args.raw, args.glove, args.out, fraction=fraction, min_samples=args.min_samples,
+                         train_fraction=args.train_fraction, seed=args.seed, dim=args.dim, name=args.name)
+    print(f"{args.name}: {prov['leaf_users']} users in the CSVs, vocabulary {prov['vocab_size']} GloVe words")
+    _check_devices(args.out, args.expect_devices)
 
 
 def _datasets_table(args) -> None:
@@ -133,22 +162,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.set_defaults(func=_generate_synthetic)
 
+    p = sub.add_parser("fetch", help="download (or copy) a raw source, checksum-verified")
+    p.add_argument("source", help="a source name (shakespeare, nist_by_class, nist_by_write, sent140, glove) or a URL")
+    p.add_argument("--out", required=True, help="destination file (or folder ending with /)")
+    p.add_argument("--base-url", help="replaces the source's default base URL")
+    p.add_argument("--sha256", help="expected sha256 (default: the source's recorded checksums)")
+    p.add_argument("--md5", help="expected md5 (default: the source's recorded checksums)")
+    p.add_argument("--no-verify", action="store_true", help="check no checksum (the digests are printed)")
+    p.add_argument("--mirror", help="folder holding the file under its source name (no network)")
+    p.add_argument("--path", help="a local copy of the file (no network)")
+    p.add_argument("--retries", type=int, default=4)
+    p.set_defaults(func=_fetch)
+
+    def prepare_args(p, fraction, min_samples):
+        p.add_argument("--name", default=p.prog.split("-")[-1])
+        p.add_argument("--fraction", type=float, default=fraction, help="LEAF's niid sampling fraction (0: every user)")
+        p.add_argument("--min-samples", type=int, default=min_samples, help="drop users with fewer samples")
+        p.add_argument("--train-fraction", type=float, default=0.8)
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--expect-devices", type=int, help="the device count the config declares (a warning if the file has another)")
+        p.add_argument("--out", required=True)
+
     p = sub.add_parser("prepare-shakespeare", help="LEAF's Shakespeare from the Gutenberg e-book, as HDF5")
-    p.add_argument("--raw", help="local copy of the e-book (1994-01-100.zip, 100.txt or a .txt.gz)")
-    p.add_argument("--mirror", help="folder holding 1994-01-100.zip (instead of --raw)")
-    p.add_argument("--name", default="shakespeare")
-    p.add_argument("--fraction", type=float, default=0.2, help="LEAF's niid sampling fraction (0: every user)")
-    p.add_argument("--min-samples", type=int, default=0, help="drop users with fewer samples")
-    p.add_argument("--train-fraction", type=float, default=0.8)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", required=True)
+    p.add_argument("--raw", required=True, help="the e-book: 1994-01-100.zip, 100.txt or a gzipped copy")
+    prepare_args(p, fraction=0.2, min_samples=0)
     p.set_defaults(func=_prepare_shakespeare)
 
-    p = sub.add_parser("prepare-femnist", help="FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON files, as HDF5")
-    p.add_argument("--json", nargs="+", required=True, help="LEAF JSON files or folders (searched recursively)")
+    p = sub.add_parser("prepare-sent140", help="LEAF's Sent140 from Sentiment140 and GloVe, as HDF5")
+    p.add_argument("--raw", required=True, help="trainingandtestdata.zip (or one Sentiment140 CSV)")
+    p.add_argument("--glove", required=True, help="glove.6B.zip (or a GloVe .txt)")
+    p.add_argument("--dim", type=int, default=300, help="GloVe vector length (the member glove.6B.<dim>d.txt)")
+    prepare_args(p, fraction=0.3, min_samples=30)
+    p.set_defaults(func=_prepare_sent140)
+
+    p = sub.add_parser("prepare-femnist", help="FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON or NIST, as HDF5")
+    p.add_argument("--json", nargs="+", help="LEAF JSON files or folders (searched recursively)")
+    p.add_argument("--nist", help="NIST SD19 by_class.zip (instead of --json)")
     p.add_argument("--variant", choices=["faithful", "corrected"], default="faithful")
     p.add_argument("--name", default="femnist")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--expect-devices", type=int, help="the device count the config declares (a warning if the file has another)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_prepare_femnist)
 

@@ -104,6 +104,11 @@ def validate_config(cfg):
     for name, exp in cfg["experiments"].items():
         _validate_experiment(name, exp, cfg)
 
+    for name in used_datasets(cfg):
+        for source in dataset_sources(name, cfg):
+            if source not in cfg["sources"]:
+                config_error(["sources", source], f"required by dataset {name} (kind {cfg['datasets'][name]['kind']})")
+
 
 def _validate_experiment(name, exp, cfg):
     where = ["experiments", name]
@@ -239,6 +244,13 @@ def results(*parts):
     return str(Path(config["results_dir"], *parts))
 
 
+def raw_path(source="{source}", file="{file}"):
+    """A raw source file as fetched: <raw_dir>/<source>/<file> (file: the source's, see raw_file)."""
+    if source != "{source}" and file == "{file}":
+        file = raw_file(source)
+    return str(Path(config["raw_dir"], source, file))
+
+
 def dataset_path(name="{dataset}"):
     return results("datasets", f"{name}.h5")
 
@@ -317,11 +329,13 @@ NOT_TRAIN_CODE = (
     "warm.py",
     "atomic.py",
     "synthetic.py",
+    "download.py",
+    "leaf",
     "summary.py",
     "figures.py",
 )
 SUMMARY_CODE = ("summary.py",)
-LEAF_CODE = ("download.py", "leaf/common.py", "leaf/leafjson.py", "data.py")
+LEAF_CODE = ("leaf/common.py", "leaf/leafjson.py", "data.py")
 FIGURE_CODE = ("figures.py", "summary.py")
 
 
@@ -469,7 +483,7 @@ def final_targets():
     for name in figure_experiments():
         for metric in FIGURE_METRICS:
             targets += [figure_path(name, ext, metric) for ext in ("pdf", "png")]
-    if any(entry["kind"] in LEAF_KINDS for entry in config["datasets"].values()):
+    if any(dataset_cfg(name)["kind"] in LEAF_KINDS for name in used_datasets()):
         targets.append(summary_path("datasets.csv"))  # only then: the default DAG stays as it was
     return targets
 
@@ -495,32 +509,95 @@ def synthetic_args(dataset):
     return " ".join(args)
 
 
-LEAF_KINDS = ("femnist", "shakespeare")
+LEAF_KINDS = ("femnist", "shakespeare", "sent140")
+
+
+def used_datasets(cfg=None):
+    """The datasets some experiment runs (others may be defined but are never built)."""
+    cfg = cfg or config
+    return sorted({d for exp in cfg["experiments"].values() for d in exp["datasets"]})
+
+
+def dataset_sources(dataset, cfg=None):
+    """The raw sources (keys of `sources`) a dataset is built from."""
+    cfg = cfg or config
+    entry = cfg["datasets"][dataset]
+    if entry["kind"] == "femnist":
+        return [] if "json" in entry else ["nist_by_class"]
+    return {"synthetic": [], "shakespeare": ["shakespeare"], "sent140": ["sent140", "glove"]}[entry["kind"]]
+
+
+def raw_file(source):
+    """The name a source's file gets under raw_dir: the local copy's own name where `path` is
+    given (a .txt.gz copy stays one), else the source's file name."""
+    entry = config["sources"][source]
+    return Path(entry["path"]).name if "path" in entry else entry["file"]
+
+
+def fetch_inputs(wildcards):
+    """A local copy or mirror file is an input of the download (Snakemake names it when missing)."""
+    entry = config["sources"][wildcards.source]
+    if "path" in entry:
+        return [entry["path"]]
+    return [str(Path(entry["mirror"], entry["file"]))] if "mirror" in entry else []
+
+
+def fetch_args(wildcards):
+    """Arguments of `fedsim fetch` for one source: its origin and the checksums to check."""
+    entry = config["sources"][wildcards.source]
+    if wildcards.file != raw_file(wildcards.source):
+        raise ValueError(f"{wildcards.source}: expected file {raw_file(wildcards.source)}, not {wildcards.file}")
+    args = [f"--base-url {entry['base_url']}"]
+    args += [f"--path {entry['path']}"] if "path" in entry else []
+    args += [f"--mirror {entry['mirror']}"] if "mirror" in entry else []
+    checks = [f"--{algo} {entry[algo]}" for algo in ("sha256", "md5") if entry.get(algo)]
+    if "path" in entry and Path(entry["path"]).name != entry["file"]:
+        checks = []  # another file than the published archive: its digests are logged, not checked
+    return " ".join(args + (checks or ["--no-verify"]))
 
 
 def leaf_raw_inputs(dataset):
-    """The local raw files a LEAF dataset is built from: Shakespeare's e-book (`raw`, or the
-    source's file name in the `mirror` folder); FEMNIST's LEAF JSON files or folders (`json`)."""
+    """The raw files a LEAF dataset is built from: its sources under raw_dir, or FEMNIST's
+    LEAF JSON files or folders (`json`)."""
     entry = dataset_cfg(dataset)
-    if entry["kind"] == "femnist":
+    if entry["kind"] == "femnist" and "json" in entry:
         return as_list(entry["json"])
-    if "raw" in entry:
-        return entry["raw"]
-    return str(Path(entry["mirror"], "1994-01-100.zip"))
+    return [raw_path(source) for source in dataset_sources(dataset)]
 
 
-def shakespeare_args(dataset):
-    """CLI arguments of `fedsim prepare-shakespeare` (source and LEAF sampling)."""
+def leaf_args(dataset):
+    """CLI arguments of `fedsim prepare-<kind>` besides its raw inputs: LEAF's sampling, the
+    construction's settings and the device count the config declares."""
     entry = dataset_cfg(dataset)
-    source = f"--raw {entry['raw']}" if "raw" in entry else f"--mirror {entry['mirror']}"
-    return (
-        f"{source} --fraction {fmt(entry['fraction'])} --min-samples {entry['min_samples']}"
-        f" --train-fraction {fmt(entry['train_fraction'])} --seed {entry['seed']}"
-    )
+    keys = {"shakespeare": ("fraction", "min_samples", "train_fraction", "seed"),
+            "sent140": ("fraction", "min_samples", "train_fraction", "seed", "glove_dim"),
+            "femnist": ("variant", "seed")}[entry["kind"]]
+    flags = {"glove_dim": "dim"}
+    args = [f"--{flags.get(k, k).replace('_', '-')} {fmt(entry[k])}" for k in keys]
+    if "devices" in entry:
+        args.append(f"--expect-devices {entry['devices']}")
+    return " ".join(args)
+
+
+def eval_args(dataset):
+    """How a run reads its dataset and on how many devices it computes the metrics."""
+    entry = dataset_cfg(dataset)
+    args = f"--load {entry['load']}"
+    return args + (f" --eval-devices {entry['eval_devices']}" if "eval_devices" in entry else "")
+
+
+LSTM_KINDS = ("shakespeare", "sent140")
 
 
 def train_mem_mb(dataset):
-    return 2048
+    return 8192 if dataset_cfg(dataset)["kind"] in LEAF_KINDS else 2048
+
+
+def train_gpus(dataset):
+    """GPUs a training job asks the scheduler for: one on device cuda, and on device auto for
+    the LSTM datasets (the synthetic and FEMNIST models are faster on a CPU core)."""
+    device = config["simulator"]["device"]
+    return int(device == "cuda" or (device == "auto" and dataset_cfg(dataset)["kind"] in LSTM_KINDS))
 
 
 def train_runtime(wildcards):

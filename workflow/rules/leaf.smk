@@ -1,17 +1,43 @@
-# LEAF datasets (FEMNIST, Shakespeare) built from local raw files, and the table of every
-# dataset of the config (devices, samples per device), as in the papers' dataset table.
+# LEAF datasets (FEMNIST, Shakespeare, Sent140): raw sources fetched (network, mirror or local
+# copy; checksummed), built as the FedProx paper sampled them, and the table of every dataset of
+# the experiments (devices, samples per device), as in the papers' dataset table.
+
+
+rule download:
+    """One raw source file, from its local copy, mirror folder or base URL; kept only once its
+    checksums passed (see `sources` in the config)."""
+    input:
+        fetch_inputs,
+    output:
+        raw_path(),
+    params:
+        args=fetch_args,
+    wildcard_constraints:
+        source=alternatives(config["sources"]),
+        file=r"[^/]+",
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=512,
+        runtime=120,
+    log:
+        log_path("download", "{source}/{file}"),
+    benchmark:
+        benchmark_path("download", "{source}/{file}")
+    shell:
+        "python -m fedsim.warm fetch {wildcards.source} --out {output} {params.args} > {log} 2>&1"
 
 
 rule prepare_shakespeare:
-    """LEAF's Shakespeare from a local copy of the Gutenberg e-book (`raw`) or a `mirror`
-    folder, fetched like a download (hashed copy), then LEAF's non-IID sampling."""
+    """LEAF's Shakespeare from the Gutenberg e-book, then LEAF's non-IID sampling."""
     input:
         raw=lambda wildcards: leaf_raw_inputs(wildcards.dataset),
         code=package_code(LEAF_CODE + ("leaf/shakespeare.py", "leaf/niid.py")),
     output:
         dataset_path(),
     params:
-        args=lambda wildcards: shakespeare_args(wildcards.dataset),
+        args=lambda wildcards: leaf_args(wildcards.dataset),
     wildcard_constraints:
         dataset=alternatives(datasets_of_kind("shakespeare")),
     conda:
@@ -25,20 +51,21 @@ rule prepare_shakespeare:
     benchmark:
         benchmark_path("prepare_shakespeare", "{dataset}")
     shell:
-        "python -m fedsim.warm prepare-shakespeare --name {wildcards.dataset} {params.args} "
-        "--out {output} > {log} 2>&1"
+        "python -m fedsim.warm prepare-shakespeare --name {wildcards.dataset} --raw {input.raw}"
+        " {params.args} --out {output} > {log} 2>&1"
 
 
 rule prepare_femnist:
-    """FedProx's FEMNIST (letters a-j, 200 devices) from a pool of LEAF JSON files."""
+    """FedProx's FEMNIST (letters a-j, 200 devices) from a pool of LEAF JSON files or from
+    NIST's by_class.zip."""
     input:
-        json=lambda wildcards: leaf_raw_inputs(wildcards.dataset),
+        raw=lambda wildcards: leaf_raw_inputs(wildcards.dataset),
         code=package_code(LEAF_CODE + ("leaf/femnist.py",)),
     output:
         dataset_path(),
     params:
-        variant=lambda wildcards: dataset_cfg(wildcards.dataset)["variant"],
-        seed=lambda wildcards: dataset_cfg(wildcards.dataset)["seed"],
+        source=lambda wildcards: "--json" if "json" in dataset_cfg(wildcards.dataset) else "--nist",
+        args=lambda wildcards: leaf_args(wildcards.dataset),
     wildcard_constraints:
         dataset=alternatives(datasets_of_kind("femnist")),
     conda:
@@ -46,20 +73,48 @@ rule prepare_femnist:
     threads: 1
     resources:
         mem_mb=4096,
-        runtime=15,
+        runtime=30,
     log:
         log_path("prepare_femnist", "{dataset}"),
     benchmark:
         benchmark_path("prepare_femnist", "{dataset}")
     shell:
-        "python -m fedsim.warm prepare-femnist --name {wildcards.dataset} --json {input.json} "
-        "--variant {params.variant} --seed {params.seed} --out {output} > {log} 2>&1"
+        "python -m fedsim.warm prepare-femnist --name {wildcards.dataset} {params.source} {input.raw}"
+        " {params.args} --out {output} > {log} 2>&1"
+
+
+rule prepare_sent140:
+    """LEAF's Sent140 from Sentiment140's CSVs, tokenised over GloVe (the embedding rows that
+    occur are stored in the dataset file)."""
+    input:
+        raw=lambda wildcards: raw_path("sent140"),
+        glove=lambda wildcards: raw_path("glove"),
+        code=package_code(LEAF_CODE + ("leaf/sent140.py", "leaf/niid.py")),
+    output:
+        dataset_path(),
+    params:
+        args=lambda wildcards: leaf_args(wildcards.dataset),
+    wildcard_constraints:
+        dataset=alternatives(datasets_of_kind("sent140")),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=8192,
+        runtime=60,
+    log:
+        log_path("prepare_sent140", "{dataset}"),
+    benchmark:
+        benchmark_path("prepare_sent140", "{dataset}")
+    shell:
+        "python -m fedsim.warm prepare-sent140 --name {wildcards.dataset} --raw {input.raw}"
+        " --glove {input.glove} {params.args} --out {output} > {log} 2>&1"
 
 
 rule datasets_table:
     """results/summary/datasets.csv: devices and samples per device of every dataset."""
     input:
-        datasets=[dataset_path(name) for name in config["datasets"]],
+        datasets=[dataset_path(name) for name in used_datasets()],
         code=package_code(("leaf/stats.py", "data.py")),
     output:
         summary_path("datasets.csv"),

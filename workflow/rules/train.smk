@@ -1,6 +1,6 @@
 # Training: one job per (dataset, method, mu, K, E, rounds tag, seed).
 # A job killed mid-run (walltime, lost node) continues from its checkpoint when rerun.
-# lr, batch size, the dataset's rounds, selection, second subset and device are params:
+# lr, batch size, the dataset's rounds, selection, second subset, device, eval_devices and load are params:
 # changing one of them reruns the runs it touches. Threads are not: a CPU run gives the same result
 # whatever its thread count.
 
@@ -20,6 +20,7 @@ rule train:
         selection=config["simulator"]["selection"],
         second_subset=config["simulator"]["second_subset"],
         device=config["simulator"]["device"],
+        eval_args=lambda wildcards: eval_args(wildcards.dataset),
         checkpoint=lambda w: checkpoint_path(w.dataset, w.method, w.mu, w.K, w.E, w.T, w.seed),
     conda:
         "../envs/fedsim.yaml"
@@ -27,7 +28,7 @@ rule train:
     resources:
         mem_mb=lambda wildcards: train_mem_mb(wildcards.dataset),
         runtime=train_runtime,
-        gpu=1 if config["simulator"]["device"] == "cuda" else 0,
+        gpu=lambda wildcards: train_gpus(wildcards.dataset),
     log:
         log_path("train", run_stem()),
     benchmark:
@@ -39,5 +40,6 @@ rule train:
         " --batch-size {params.batch_size} --lr {params.lr} --rounds {params.rounds}"
         " --seed {wildcards.seed} --selection {params.selection}"
         " --second-subset {params.second_subset}"
-        " --device {params.device} --threads {threads} --checkpoint {params.checkpoint}"
+        " --device {params.device} --threads {threads} {params.eval_args}"
+        " --checkpoint {params.checkpoint}"
         " --metrics {output.metrics} --info {output.info} > {log} 2>&1"

@@ -13,16 +13,26 @@ from ..atomic import atomic_path
 from ..data import write_dataset_stream
 
 
+def raw_format(path):
+    """"zip", "gz" or "plain", from the file's first bytes: a local copy may have any name."""
+    with open(path, "rb") as f:
+        head = f.read(4)
+    if head == b"PK\x03\x04":
+        return "zip"
+    return "gz" if head[:2] == b"\x1f\x8b" else "plain"
+
+
 def read_member(path, member=None):
-    """Bytes of a raw file: plain, .gz, or one member of a .zip (by name or the only/first match).
+    """Bytes of a raw file: plain, gzip, or one member of a zip (by name or the only/first match).
 
     `member` may be a full member name or a basename (zips from different mirrors nest differently).
     """
     path = Path(path)
-    if path.suffix == ".zip":
+    kind = raw_format(path)
+    if kind == "zip":
         with zipfile.ZipFile(path) as z:
             return z.read(find_member(z, member, path))
-    if path.suffix == ".gz":
+    if kind == "gz":
         with gzip.open(path, "rb") as f:
             return f.read()
     return path.read_bytes()

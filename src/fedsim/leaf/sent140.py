@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import find_member, read_member, write_partition
+from .common import find_member, raw_format, read_member, write_partition
 from .niid import leaf_partition
 
 TRAIN_CSV = "training.1600000.processed.noemoticon.csv"
@@ -35,7 +35,7 @@ _TOKEN = re.compile(r"[\w']+|[.,!?;]")
 def read_rows(path, include_test=True):
     """[(user, label, text)] from trainingandtestdata.zip (both CSVs, train first) or one .csv[.gz]."""
     members = [TRAIN_CSV, TEST_CSV] if include_test else [TRAIN_CSV]
-    blobs = [read_member(path, m) for m in members] if str(path).endswith(".zip") else [read_member(path)]
+    blobs = [read_member(path, m) for m in members] if raw_format(path) == "zip" else [read_member(path)]
     rows = []
     for blob in blobs:
         for r in csv.reader(io.StringIO(blob.decode("latin-1"), newline="")):
@@ -60,11 +60,12 @@ def split_line(line):
 
 def glove_lines(path, dim=300):
     """Text lines of a GloVe file: glove.6B.zip (member glove.6B.<dim>d.txt), .txt or .txt.gz."""
-    if str(path).endswith(".zip"):
+    kind = raw_format(path)
+    if kind == "zip":
         z = zipfile.ZipFile(path)
         names = [n for n in z.namelist() if n.endswith(f"{dim}d.txt")]
         return io.TextIOWrapper(z.open(names[0] if names else find_member(z, None, path)), encoding="utf-8")
-    if str(path).endswith(".gz"):
+    if kind == "gz":
         import gzip
         return gzip.open(path, "rt", encoding="utf-8")
     return open(path, encoding="utf-8")

@@ -30,7 +30,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from .common import read_member, sha256_bytes, write_partition
+from .common import raw_format, read_member, sha256_bytes, write_partition
 from .niid import leaf_partition
 
 ALPHABET = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
@@ -54,7 +54,7 @@ PAPER = dict(fraction=0.2, min_samples=0, train_fraction=0.8)  # FedProx: -s nii
 
 def read_text(path):
     """The e-book as str from 100.txt, 1994-01-100.zip or a .txt.gz, newlines normalised to \\n."""
-    raw = read_member(path, "100.txt" if str(path).endswith(".zip") else None)
+    raw = read_member(path, "100.txt" if raw_format(path) == "zip" else None)
     # LEAF reads the file in text mode: universal newlines
     return raw.decode("utf-8", errors="replace").replace("\r\n", "\n").replace("\r", "\n")
 
