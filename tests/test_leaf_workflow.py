@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from fedsim.leaf.stats import dataset_stats
 from test_download import Server, serve, server  # noqa: F401 (the fixture)
 from test_leaf import make_glove_zip, make_gutenberg_zip, make_sent140_zip
 from test_workflow import REPO, copy_workflow, default_config, job_counts, snakemake, write_config
@@ -48,10 +49,14 @@ def test_leaf_datasets_from_the_shared_files_build_and_train(tmp_path):
                     "lr": 0.003, "batch_size": 10, "rounds": 200, "fedprox_mu": 1},
         "shakespeare": {"kind": "shakespeare", "lr": 0.8, "batch_size": 10, "rounds": 40, "fedprox_mu": 0.001,
                         "eval_devices": 2},
+        # every LEAF user of the text (no sampling); built, not trained: its users hold up to 67k
+        # samples, and one round on two of them can take minutes on a CPU
+        "shakespeare_full": {"kind": "shakespeare", "fraction": 0, "lr": 0.8, "batch_size": 10, "rounds": 40,
+                             "fedprox_mu": 0.001},
     }
     cfg["experiments"] = short_experiment(["femnist", "shakespeare"])
     write_config(work, cfg)
-    code, out = snakemake(work, "--cores", "2", timeout=900)
+    code, out = snakemake(work, "--cores", "2", "all", "results/datasets/shakespeare_full.h5", timeout=900)
     assert code == 0, out[-3000:]
 
     # the local copy went through the download rule: copied, hashed, logged (no checksum to check)
@@ -63,6 +68,10 @@ def test_leaf_datasets_from_the_shared_files_build_and_train(tmp_path):
     assert set(rows) == {"femnist", "shakespeare"}
     assert int(rows["femnist"]["devices"]) == 200
     assert int(rows["shakespeare"]["devices"]) == 250 and rows["shakespeare"]["kind"] == "shakespeare"
+    # LEAF publishes 1,129 users and 4,226,158 samples for this text; we find one user more (two
+    # roles with 48 samples each: LEAF keeps one) and so 48 samples more
+    full = dataset_stats(work / "results/datasets/shakespeare_full.h5")
+    assert (full["devices"], full["samples"]) == (1130, 4_226_206)
     runs = {r["dataset"]: r for r in read_csv(work / "results/summary/runs.csv")}
     assert set(runs) == {"femnist", "shakespeare"}
     record = json.loads(next(work.glob("results/runs/shakespeare/fedavg/*/run.json")).read_text())

@@ -28,6 +28,7 @@ pytestmark = pytest.mark.workflow
 def env():
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
+    env["FEDSIM_WARM_IDLE"] = "10"  # the jobs' warm server (fedsim.warm) ends soon after the test's run
     return env
 
 

@@ -6,7 +6,9 @@ import pandas as pd
 from ..atomic import write_csv
 from ..data import FederatedDataset
 
-COLUMNS = ["dataset", "kind", "devices", "samples", "train_samples", "test_samples", "mean", "stdev", "min", "max"]
+PAPER_COLUMNS = ["paper_devices", "paper_samples", "paper_mean", "paper_stdev"]
+COLUMNS = ["dataset", "kind", "devices", "samples", "train_samples", "test_samples", "mean", "stdev", "min", "max",
+           *PAPER_COLUMNS]
 
 # The FedProx/FedDANE paper's Table (devices, samples, mean, stdev per device), for comparison
 PAPER_TABLE = {
@@ -27,7 +29,13 @@ def dataset_stats(path):
 
 
 def datasets_table(paths):
-    return pd.DataFrame([dataset_stats(p) for p in paths], columns=COLUMNS)
+    """One row per file; the paper's figures beside those of the LEAF kinds (empty for the others)."""
+    rows = []
+    for path in paths:
+        row = dataset_stats(path)
+        paper = PAPER_TABLE.get(row["kind"], {})
+        rows.append({**row, **{f"paper_{k}": v for k, v in paper.items()}})
+    return pd.DataFrame(rows, columns=COLUMNS).astype({c: "Int64" for c in PAPER_COLUMNS})
 
 
 def write_datasets_csv(paths, out_path):
