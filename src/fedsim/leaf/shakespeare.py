@@ -16,7 +16,8 @@ fit that edition. The steps follow LEAF's behaviour, written anew:
    2+ spaces -> 1); sample i is text[i:i+80] -> text[i+80], for every i < len(text) - 80.
 4. LEAF sampling (niid.leaf_partition), the paper's subset: -s niid --sf 0.2 -k 0 -t sample --tf 0.8.
 
-On the 1994 text this gives 1,130 users and 4,226,206 samples (LEAF publishes 1,129 and 4,226,158), and
+On the 1994 text this gives 1,130 users and 4,226,206 samples (LEAF publishes 1,129 and 4,226,158: one
+role of 48 samples fewer; LEAF's own scripts, run on this text, also give 1,130 and 4,226,206), and
 the paper's sampling always keeps int(0.2 * 4,226,206) = 845,241 samples (seed 0: 250 devices), not the
 143 devices / 517,106 samples of the FedProx paper's table.
 
