@@ -103,7 +103,9 @@ def served_config(served):
         "sent140": {"kind": "sent140", "fraction": 0, "min_samples": 2, "lr": 0.3, "batch_size": 10,
                     "rounds": 800, "fedprox_mu": 0.01},
     }
-    cfg["experiments"] = short_experiment(["sent140"], rounds=2)
+    # the bottom row of Figure 1, in small: the three methods, FedDANE tuned over two mu
+    cfg["experiments"] = short_experiment(["sent140"], rounds=2, figure="figure1",
+                                          methods=["fedavg", "fedprox", "feddane"], mu_grid=[0, 0.01])
     cfg["experiments"]["layout"] = {"datasets": ["shakespeare"], "methods": ["fedavg"], "clients_per_round": 1,
                                     "epochs": 1, "rounds": 1}
     return cfg
@@ -121,9 +123,11 @@ def test_raw_sources_are_downloaded_checked_and_built(server, served, tmp_path):
         assert f"sha256 {sha256}" in log and ", verified" in log
     rows = {r["dataset"]: r for r in read_csv(work / "results/summary/datasets.csv")}
     assert int(rows["sent140"]["devices"]) == 2 and int(rows["shakespeare"]["devices"]) == 3
-    runs = {(r["dataset"], r["method"]): r for r in read_csv(work / "results/summary/runs.csv")}
-    assert set(runs) == {("sent140", "fedavg"), ("shakespeare", "fedavg")}
-    assert int(runs["sent140", "fedavg"]["rounds"]) == 2
+    runs = {(r["dataset"], r["method"], float(r["mu"])): r for r in read_csv(work / "results/summary/runs.csv")}
+    assert set(runs) == {("sent140", "fedavg", 0), ("sent140", "fedprox", 0.01), ("sent140", "feddane", 0),
+                         ("sent140", "feddane", 0.01), ("shakespeare", "fedavg", 0)}
+    assert int(runs["sent140", "fedavg", 0]["rounds"]) == 2
+    assert (work / "results/figures/short.png").stat().st_size > 10_000
 
     # present and verified: nothing is fetched again, nothing reruns
     code, out = snakemake(work, "--cores", "2", "--dry-run")
