@@ -79,6 +79,12 @@ def test_leaf_datasets_from_the_shared_files_build_and_train(tmp_path):
     assert record["result"]["rounds_completed"] == 1
     assert 0 < record["result"]["final_train_loss"] < 10  # a next-char loss: ln(80) = 4.4 at chance
 
+    # a base URL the local copy made unused is not part of the download's params: nothing reruns
+    cfg["sources"]["shakespeare"]["base_url"] = "https://example.org/elsewhere"
+    write_config(work, cfg)
+    code, out = snakemake(work, "--cores", "2", "--dry-run", "all", "results/datasets/shakespeare_full.h5")
+    assert code == 0 and "Nothing to be done" in out, out[-2000:]
+
 
 @pytest.fixture
 def served(server, tmp_path):  # noqa: F811 (the fixture)

@@ -92,7 +92,43 @@ def test_the_server_stops_when_idle(data, env, tmp_path):
     while server_pids(env["TMPDIR"]):
         assert time.monotonic() < deadline, "the server did not stop after 3 idle seconds"
         time.sleep(0.2)
-    assert not list(Path(env["TMPDIR"]).glob("*.sock"))
+    assert not list(Path(env["TMPDIR"]).rglob("*.sock"))
+
+
+def test_a_job_outliving_a_killed_server_does_not_block_the_next_server(data, env, tmp_path):
+    long = [*TRAIN, "--data", data, "--rounds", "100000", "--metrics", "a.csv", "--info", "a.json"]
+    launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *long], env=env, cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(server_pids(env["TMPDIR"])) < 2:
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.1)
+    pids = server_pids(env["TMPDIR"])
+    server = next(pid for pid in pids if parent_pid(pid) not in pids)
+    os.kill(server, signal.SIGKILL)
+    try:
+        start = time.monotonic()
+        short = [*TRAIN, "--data", data, "--rounds", "1", "--metrics", "b.csv", "--info", "b.json"]
+        done = fedsim("fedsim.warm", short, env, tmp_path, timeout=60)
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - start < 30
+        assert len(server_pids(env["TMPDIR"])) >= 2  # a new server (and the orphaned job until it ends)
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_socket_folder_others_can_enter_is_not_used(data, env, tmp_path):
+    folder = Path(env["TMPDIR"]) / f"fedsim-warm-{os.getuid()}"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    args = [*TRAIN, "--data", data, "--rounds", "1", "--metrics", "m.csv", "--info", "r.json"]
+    assert fedsim("fedsim.warm", args, env, tmp_path).returncode == 0  # ran cold
+    assert not server_pids(env["TMPDIR"]) and not list(folder.iterdir())
 
 
 def test_warm_off_runs_cold(data, env, tmp_path):

@@ -263,6 +263,16 @@ def _bad_x_axis(cfg):
     cfg["figures"] = {"x_axis": "seconds"}
 
 
+def _md5_as_sha256(cfg):
+    cfg["sources"]["glove"]["sha256"] = "056ea991adb4740ac6bf1b6d9b50408b"
+
+
+def _leaf_without_source(cfg):
+    del cfg["sources"]["sent140"]
+    cfg["datasets"]["tweets"] = {"kind": "sent140", "lr": 0.3, "batch_size": 10, "rounds": 800, "fedprox_mu": 0.01}
+    cfg["experiments"]["figure1"]["datasets"].append("tweets")
+
+
 @pytest.mark.parametrize(
     "change, key_path, problem",
     [
@@ -281,6 +291,8 @@ def _bad_x_axis(cfg):
         (_ambiguous_mu_source, "experiments.figure2.mu_from", "tunes several K or E"),
         (_reserved_name, "experiments.tuning", "reserved name"),
         (_bad_x_axis, "figures.x_axis", "'seconds' is not one of"),
+        (_md5_as_sha256, "sources.glove.sha256", "does not match '^[0-9a-fA-F]{64}$'"),
+        (_leaf_without_source, "sources.sent140", "required by dataset tweets (kind sent140)"),
     ],
     ids=lambda v: v.__name__.strip("_") if callable(v) else None,
 )

@@ -10,17 +10,22 @@ with its own outputs and log, and the result is the same as a cold start: a run 
 its config, data and seed, and a forked child starts from the server's freshly imported state.
 
 Safety nets:
-- the server's name is a hash of the interpreter, the installed torch and every fedsim source
-  file (path, size, mtime): after an edit, jobs go to a new server running the new code;
+- the server's name is a hash of the interpreter, the installed torch, every fedsim source file
+  (path, size, mtime) and the process's cgroup: after an edit, jobs go to a new server running
+  the new code, and a job never runs inside another job's resource limits;
+- the socket lives in a folder only this user can enter, and the launcher checks that the
+  process listening is this user's before it sends anything;
 - the job dies with its launcher: the child watches the socket and exits when the launcher is
   killed (a cancelled Snakemake job, a walltime), so no orphan keeps writing;
 - the server exits after IDLE_SECONDS without jobs (FEDSIM_WARM_IDLE overrides) and never
   touches CUDA, so forking is safe;
 - FEDSIM_WARM=0 in the environment makes it run cold (the workflow's `simulator: warm_start`);
-- inside a batch-system job (SLURM, PBS, LSF, SGE) it runs cold: a forked child would live in the
-  server's cgroup, outside the job's CPU and memory limits;
-- anything that goes wrong before a job has started (no Unix sockets, no fork, the server fails
-  to come up) makes the launcher run the command itself, cold.
+- inside a batch-system job (SLURM, PBS, LSF, SGE, HTCondor, Flux, OAR, Cobalt) it runs cold;
+- anything that goes wrong before a job has started (no Unix sockets, no fork, a path too long
+  for a socket, the server fails to come up) makes the launcher run the command itself, cold.
+
+Snakemake's `benchmark:` files of warm jobs measure the launcher: their wall time is the job's,
+their memory and CPU columns are not.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -42,33 +48,48 @@ from pathlib import Path
 
 IDLE_SECONDS = 60.0
 START_TIMEOUT = 120.0     # seconds to wait for a new server's imports (a cold page cache is slow)
+MAX_SOCKET_PATH = 100     # bytes; AF_UNIX allows 104-108 depending on the system
 PRELOAD = ("torch", "numpy", "pandas", "h5py", "fedsim.cli", "fedsim.train", "fedsim.summary",
            "fedsim.figures", "fedsim.leaf", "fedsim.leaf.stats", "fedsim.synthetic")
 # Read once at import by torch and the BLAS libraries: a job with other values gets another server.
 IMPORT_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+BATCH_JOB_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "_CONDOR_JOB_AD", "FLUX_JOB_ID",
+                 "OAR_JOB_ID", "COBALT_JOBID")
 HEADER = struct.Struct("!I")
-BATCH_JOB_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID")
 
 
 def server_key(package_dir: Path | None = None) -> str:
-    """A hash of everything the server has imported that a job could see change."""
+    """A hash of everything the server has imported that a job could see change, and of the
+    cgroup it runs in (its resource limits)."""
     package_dir = package_dir or Path(__file__).resolve().parent
     torch_spec = importlib.util.find_spec("torch")
     torch_file = Path(torch_spec.origin) if torch_spec and torch_spec.origin else None
     parts = [sys.executable, sys.version, str(package_dir)]
     parts += [f"{k}={os.environ.get(k, '')}" for k in IMPORT_ENV]
     if torch_file is not None:
-        stat = torch_file.parent.joinpath("version.py").stat()
-        parts.append(f"torch {torch_file} {stat.st_size} {stat.st_mtime_ns}")
+        info = torch_file.parent.joinpath("version.py").stat()
+        parts.append(f"torch {torch_file} {info.st_size} {info.st_mtime_ns}")
     for path in sorted(package_dir.rglob("*.py")):
-        stat = path.stat()
-        parts.append(f"{path.relative_to(package_dir)} {stat.st_size} {stat.st_mtime_ns}")
+        info = path.stat()
+        parts.append(f"{path.relative_to(package_dir)} {info.st_size} {info.st_mtime_ns}")
+    cgroup = Path("/proc/self/cgroup")
+    if cgroup.exists():
+        parts.append(cgroup.read_text())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:20]
 
 
 def socket_path(key: str) -> Path:
-    # Unix socket paths are limited to ~100 bytes: keep it in the temp folder.
-    return Path(tempfile.gettempdir()) / f"fedsim-warm-{os.getuid()}-{key}.sock"
+    """<temp>/fedsim-warm-<uid>/<key>.sock, in a folder only this user can enter; OSError where
+    that folder is not ours or the path is too long for a Unix socket."""
+    folder = Path(tempfile.gettempdir()) / f"fedsim-warm-{os.getuid()}"
+    folder.mkdir(mode=0o700, exist_ok=True)
+    info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise OSError(f"{folder}: not a private folder of this user")
+    path = folder / f"{key}.sock"
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+        raise OSError(f"{path}: too long for a Unix socket")
+    return path
 
 
 # ---------------------------------------------------------------------------------------
@@ -91,7 +112,10 @@ def launch(argv: list[str]) -> int:
     # From here on the job runs in the server's child: wait for its exit code. If this process is
     # killed, the socket closes and the child stops too.
     reply = _recv_exact(conn, HEADER.size)
-    return HEADER.unpack(reply)[0] if reply else 1
+    if not reply:
+        print("fedsim.warm: the job's process ended without an exit code (killed by a signal?)", file=sys.stderr)
+        return 1
+    return HEADER.unpack(reply)[0]
 
 
 def _run_cold(argv: list[str]) -> int:
@@ -121,6 +145,22 @@ def _connect(path: Path) -> socket.socket:
             time.sleep(0.05)
 
 
+def _dial(path: Path) -> socket.socket:
+    """A connection to `path`, refused unless the process listening there is this user's."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.connect(str(path))
+        if hasattr(socket, "SO_PEERCRED"):
+            _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                            struct.calcsize("3i")))
+            if uid != os.getuid():
+                raise OSError(f"{path}: served by user {uid}, not by this user")
+    except OSError:
+        conn.close()
+        raise
+    return conn
+
+
 def _server_alive(path: Path) -> bool:
     """Whether a server holds the lock of `path` (it may still be importing)."""
     with open(f"{path}.lock", "a") as lock:
@@ -130,16 +170,6 @@ def _server_alive(path: Path) -> bool:
             return True
         fcntl.flock(lock, fcntl.LOCK_UN)
         return False
-
-
-def _dial(path: Path) -> socket.socket:
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        conn.connect(str(path))
-    except OSError:
-        conn.close()
-        raise
-    return conn
 
 
 def _send_request(conn: socket.socket, argv: list[str]) -> None:
@@ -170,34 +200,43 @@ def serve(path: Path, idle_seconds: float) -> None:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
         return  # another server owns this key
-    for name in PRELOAD:
-        __import__(name)
+    # Listen before importing: launchers queue meanwhile, and a socket that cannot be bound
+    # fails this server before it costs anyone an import.
     path.unlink(missing_ok=True)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(str(path))
-    os.chmod(path, 0o600)  # the jobs of this user only
     listener.listen(64)
-    listener.settimeout(1.0)
-    children, last_active = set(), time.monotonic()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: the socket goes
     try:
-        while children or time.monotonic() - last_active < idle_seconds:
-            children -= _reaped(children)
-            if children:
-                last_active = time.monotonic()
-            try:
-                conn, _ = listener.accept()
-            except TimeoutError:
-                continue
-            pid = os.fork()
-            if pid == 0:
-                listener.close()
-                _child(conn)  # never returns
-            conn.close()
-            children.add(pid)
-            last_active = time.monotonic()
+        for name in PRELOAD:
+            __import__(name)
+        _accept_jobs(listener, lock, idle_seconds)
     finally:
         path.unlink(missing_ok=True)
         listener.close()
+
+
+def _accept_jobs(listener: socket.socket, lock, idle_seconds: float) -> None:
+    listener.settimeout(1.0)
+    start_dir = os.getcwd()
+    children, last_active = set(), time.monotonic()
+    while children or time.monotonic() - last_active < idle_seconds:
+        children -= _reaped(children)
+        if children:
+            last_active = time.monotonic()
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            lock.close()  # a job outliving a killed server must not keep new servers from starting
+            listener.close()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _child(conn, start_dir)  # never returns
+        conn.close()
+        children.add(pid)
+        last_active = time.monotonic()
 
 
 def _reaped(children: set[int]) -> set[int]:
@@ -208,7 +247,7 @@ def _reaped(children: set[int]) -> set[int]:
     return done
 
 
-def _child(conn: socket.socket) -> None:
+def _child(conn: socket.socket, start_dir: str) -> None:
     """Become the job: its stdio, cwd and environment; run it; report the exit code."""
     code = 1
     try:
@@ -221,6 +260,8 @@ def _child(conn: socket.socket) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        # `python -m` puts the start folder first on sys.path: the job's, as in a cold start
+        sys.path[:] = [request["cwd"] if entry == start_dir else entry for entry in sys.path]
         signal.signal(signal.SIGINT, signal.default_int_handler)
         conn.sendall(b"S")
         threading.Thread(target=_die_with_launcher, args=(conn,), daemon=True).start()
@@ -237,6 +278,8 @@ def _run_job(argv: list[str]) -> int:
     try:
         code = main(argv)
     except SystemExit as stop:  # argparse errors, --help
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
         code = stop.code if isinstance(stop.code, int) else (0 if stop.code is None else 1)
     except BaseException:
         import traceback

@@ -5,6 +5,7 @@ import copy
 import csv
 import os
 import re
+import shlex
 import sys
 from collections import namedtuple
 from decimal import Decimal
@@ -543,17 +544,21 @@ def fetch_inputs(wildcards):
 
 
 def fetch_args(wildcards):
-    """Arguments of `fedsim fetch` for one source: its origin and the checksums to check."""
+    """Arguments of `fedsim fetch` for one source: the origin used (only that one, so editing an
+    unused base_url reruns nothing) and the checksums to check."""
     entry = config["sources"][wildcards.source]
     if wildcards.file != raw_file(wildcards.source):
         raise ValueError(f"{wildcards.source}: expected file {raw_file(wildcards.source)}, not {wildcards.file}")
-    args = [f"--base-url {entry['base_url']}"]
-    args += [f"--path {entry['path']}"] if "path" in entry else []
-    args += [f"--mirror {entry['mirror']}"] if "mirror" in entry else []
+    if "path" in entry:
+        origin = f"--path {shlex.quote(entry['path'])}"
+    elif "mirror" in entry:
+        origin = f"--mirror {shlex.quote(entry['mirror'])}"
+    else:
+        origin = f"--base-url {shlex.quote(entry['base_url'])}"
     checks = [f"--{algo} {entry[algo]}" for algo in ("sha256", "md5") if entry.get(algo)]
     if "path" in entry and Path(entry["path"]).name != entry["file"]:
         checks = []  # another file than the published archive: its digests are logged, not checked
-    return " ".join(args + (checks or ["--no-verify"]))
+    return " ".join([origin, *(checks or ["--no-verify"])])
 
 
 def leaf_raw_inputs(dataset):
@@ -593,11 +598,18 @@ def train_mem_mb(dataset):
     return 8192 if dataset_cfg(dataset)["kind"] in LEAF_KINDS else 2048
 
 
-def train_gpus(dataset):
-    """GPUs a training job asks the scheduler for: one on device cuda, and on device auto for
-    the LSTM datasets (the synthetic and FEMNIST models are faster on a CPU core)."""
+def train_device(dataset):
+    """Where a dataset's runs compute: `simulator.device`, where `auto` means the GPU (if there is
+    one) for the LSTM datasets and the CPU for the MCLR ones (small matmuls, faster on a core)."""
     device = config["simulator"]["device"]
-    return int(device == "cuda" or (device == "auto" and dataset_cfg(dataset)["kind"] in LSTM_KINDS))
+    if device == "auto" and dataset_cfg(dataset)["kind"] not in LSTM_KINDS:
+        return "cpu"
+    return device
+
+
+def train_gpus(dataset):
+    """GPUs a training job asks the scheduler for: one wherever it may compute on a GPU."""
+    return int(train_device(dataset) != "cpu")
 
 
 def train_runtime(wildcards):
@@ -635,7 +647,8 @@ validate_config(config)
 # Jobs call fedsim through its warm launcher (fedsim.warm: one process imports torch once and
 # forks a child per job); FEDSIM_WARM=0, inherited by the jobs, makes every job a fresh process.
 # Not a param: it changes no result, so switching it reruns nothing.
-os.environ.update(FEDSIM_WARM="1" if config["simulator"]["warm_start"] else "0")
+_warm_start = config["simulator"]["warm_start"] and os.environ.get("FEDSIM_WARM") != "0"  # either may say no
+os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
 
 
 wildcard_constraints:

@@ -19,7 +19,7 @@ rule train:
         rounds=lambda wildcards: tag_rounds(wildcards.dataset, wildcards.T),
         selection=config["simulator"]["selection"],
         second_subset=config["simulator"]["second_subset"],
-        device=config["simulator"]["device"],
+        device=lambda wildcards: train_device(wildcards.dataset),
         eval_args=lambda wildcards: eval_args(wildcards.dataset),
         checkpoint=lambda w: checkpoint_path(w.dataset, w.method, w.mu, w.K, w.E, w.T, w.seed),
     conda:
