@@ -20,7 +20,8 @@ Safety nets:
 - the server exits after IDLE_SECONDS without jobs (FEDSIM_WARM_IDLE overrides) and never
   touches CUDA, so forking is safe;
 - FEDSIM_WARM=0 in the environment makes it run cold (the workflow's `simulator: warm_start`);
-- inside a batch-system job (SLURM, PBS, LSF, SGE, HTCondor, Flux, OAR, Cobalt) it runs cold;
+- inside a batch-system job (SLURM, PBS, LSF, SGE, HTCondor, Flux, OAR, Cobalt) it runs cold, and
+  off Linux too (macOS forbids some libraries after fork; untested there);
 - anything that goes wrong before a job has started (no Unix sockets, no fork, a path too long
   for a socket, the server fails to come up) makes the launcher run the command itself, cold.
 
@@ -99,7 +100,8 @@ def socket_path(key: str) -> Path:
 
 def launch(argv: list[str]) -> int:
     """Run `fedsim ARGV` through a warm server; cold in this process if that cannot start."""
-    if os.environ.get("FEDSIM_WARM") == "0" or any(name in os.environ for name in BATCH_JOB_ENV):
+    cold = os.environ.get("FEDSIM_WARM") == "0" or any(name in os.environ for name in BATCH_JOB_ENV)
+    if cold or not sys.platform.startswith("linux"):  # forking after `import torch`: tested on Linux only
         return _run_cold(argv)
     try:
         conn = _connect(socket_path(server_key()))
