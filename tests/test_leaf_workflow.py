@@ -17,7 +17,7 @@ import pytest
 
 from fedsim.leaf.stats import dataset_stats
 from test_download import Server, serve, server  # noqa: F401 (the fixture)
-from test_leaf import make_glove_zip, make_gutenberg_zip, make_sent140_zip
+from test_leaf import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip
 from test_workflow import REPO, copy_workflow, default_config, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
@@ -93,7 +93,8 @@ def served(server, tmp_path):  # noqa: F811 (the fixture)
     made.mkdir()
     files = {"shakespeare": make_gutenberg_zip(made / "1994-01-100.zip"),
              "sent140": make_sent140_zip(made / "trainingandtestdata.zip"),
-             "glove": make_glove_zip(made / "glove.6B.zip")}
+             "glove": make_glove_zip(made / "glove.6B.zip"),
+             "nist_by_class": make_by_class_zip(made / "by_class.zip")}
     return {name: (serve(server, path, prefix=f"/{name}"), hashlib.sha256(path.read_bytes()).hexdigest())
             for name, path in files.items()}
 
@@ -108,12 +109,15 @@ def served_config(served):
                         "fedprox_mu": 0.001},
         "sent140": {"kind": "sent140", "fraction": 0, "min_samples": 2, "lr": 0.3, "batch_size": 10,
                     "rounds": 800, "fedprox_mu": 0.01},
+        # FedProx's construction from NIST's PNGs (6 per class here: the faithful draws reuse them)
+        "femnist": {"kind": "femnist", "devices": 200, "lr": 0.003, "batch_size": 10, "rounds": 200,
+                    "fedprox_mu": 1},
     }
     # the bottom row of Figure 1, in small: the three methods, FedDANE tuned over two mu
     cfg["experiments"] = short_experiment(["sent140"], rounds=2, figure="figure1",
                                           methods=["fedavg", "fedprox", "feddane"], mu_grid=[0, 0.01])
-    cfg["experiments"]["layout"] = {"datasets": ["shakespeare"], "methods": ["fedavg"], "clients_per_round": 1,
-                                    "epochs": 1, "rounds": 1}
+    cfg["experiments"]["layout"] = {"datasets": ["shakespeare", "femnist"], "methods": ["fedavg"],
+                                    "clients_per_round": 1, "epochs": 1, "rounds": 1}
     return cfg
 
 
@@ -123,15 +127,17 @@ def test_raw_sources_are_downloaded_checked_and_built(server, served, tmp_path):
     code, out = snakemake(work, "--cores", "2", timeout=600)
     assert code == 0, out[-3000:]
     assert {path: hits for path, hits in server.hits.items()} == {
-        "/shakespeare/1994-01-100.zip": 1, "/sent140/trainingandtestdata.zip": 1, "/glove/glove.6B.zip": 1}
+        "/shakespeare/1994-01-100.zip": 1, "/sent140/trainingandtestdata.zip": 1, "/glove/glove.6B.zip": 1,
+        "/nist_by_class/by_class.zip": 1}
     for name, (_, sha256) in served.items():
         log = next((work / "logs/download" / name).glob("*.log")).read_text()
         assert f"sha256 {sha256}" in log and ", verified" in log
     rows = {r["dataset"]: r for r in read_csv(work / "results/summary/datasets.csv")}
     assert int(rows["sent140"]["devices"]) == 2 and int(rows["shakespeare"]["devices"]) == 3
+    assert int(rows["femnist"]["devices"]) == 200 and int(rows["femnist"]["paper_devices"]) == 200
     runs = {(r["dataset"], r["method"], float(r["mu"])): r for r in read_csv(work / "results/summary/runs.csv")}
     assert set(runs) == {("sent140", "fedavg", 0), ("sent140", "fedprox", 0.01), ("sent140", "feddane", 0),
-                         ("sent140", "feddane", 0.01), ("shakespeare", "fedavg", 0)}
+                         ("sent140", "feddane", 0.01), ("shakespeare", "fedavg", 0), ("femnist", "fedavg", 0)}
     assert int(runs["sent140", "fedavg", 0]["rounds"]) == 2
     assert (work / "results/figures/short.png").stat().st_size > 10_000
 
