@@ -174,35 +174,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--retries", type=int, default=4)
     p.set_defaults(func=_fetch)
 
-    def prepare_args(p, fraction, min_samples):
+    def build_args(p, sampling=None):
+        """Arguments every prepare-* command shares; `sampling` = (fraction, min_samples) defaults
+        for the commands that apply LEAF's niid sampling."""
         p.add_argument("--name", default=p.prog.split("-")[-1])
-        p.add_argument("--fraction", type=float, default=fraction, help="LEAF's niid sampling fraction (0: every user)")
-        p.add_argument("--min-samples", type=int, default=min_samples, help="drop users with fewer samples")
-        p.add_argument("--train-fraction", type=float, default=0.8)
+        if sampling is not None:
+            p.add_argument("--fraction", type=float, default=sampling[0],
+                           help="LEAF's niid sampling fraction (0: every user)")
+            p.add_argument("--min-samples", type=int, default=sampling[1], help="drop users with fewer samples")
+            p.add_argument("--train-fraction", type=float, default=0.8)
         p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--expect-devices", type=int, help="the device count the config declares (a warning if the file has another)")
+        p.add_argument("--expect-devices", type=int,
+                       help="the device count the config declares (a warning if the file has another)")
         p.add_argument("--out", required=True)
 
     p = sub.add_parser("prepare-shakespeare", help="LEAF's Shakespeare from the Gutenberg e-book, as HDF5")
     p.add_argument("--raw", required=True, help="the e-book: 1994-01-100.zip, 100.txt or a gzipped copy")
-    prepare_args(p, fraction=0.2, min_samples=0)
+    build_args(p, sampling=(0.2, 0))
     p.set_defaults(func=_prepare_shakespeare)
 
     p = sub.add_parser("prepare-sent140", help="LEAF's Sent140 from Sentiment140 and GloVe, as HDF5")
     p.add_argument("--raw", required=True, help="trainingandtestdata.zip (or one Sentiment140 CSV)")
     p.add_argument("--glove", required=True, help="glove.6B.zip (or a GloVe .txt)")
     p.add_argument("--dim", type=int, default=300, help="GloVe vector length (the member glove.6B.<dim>d.txt)")
-    prepare_args(p, fraction=0.3, min_samples=30)
+    build_args(p, sampling=(0.3, 30))
     p.set_defaults(func=_prepare_sent140)
 
     p = sub.add_parser("prepare-femnist", help="FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON or NIST, as HDF5")
     p.add_argument("--json", nargs="+", help="LEAF JSON files or folders (searched recursively)")
     p.add_argument("--nist", help="NIST SD19 by_class.zip (instead of --json)")
     p.add_argument("--variant", choices=["faithful", "corrected"], default="faithful")
-    p.add_argument("--name", default="femnist")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--expect-devices", type=int, help="the device count the config declares (a warning if the file has another)")
-    p.add_argument("--out", required=True)
+    build_args(p)
     p.set_defaults(func=_prepare_femnist)
 
     p = sub.add_parser("datasets-table", help="devices and samples per device of dataset files: datasets.csv")
