@@ -39,16 +39,16 @@ def context(model, clients, params, solvers, gradient_devices=None, weighting="s
         n = torch.as_tensor(clients.sizes[devices], dtype=params.dtype)
         return n / n.sum() if weighting == "samples" else torch.full_like(n, 1 / len(n))
 
-    return RoundContext(round=0, params=params, solvers=np.asarray(solvers),
-                        gradient_devices=np.asarray(gradient_devices), device_grads=device_grads, weights=weights)
+    return RoundContext(round=0, params=params, solvers=np.asarray(solvers), gradient_devices=np.asarray(gradient_devices),
+                        device_grads=device_grads, weights=weights, model=model)
 
 
-def local_models(method, mu, solvers, gradient_devices=None, epochs=3, engine="batched"):
+def local_models(method, mu, solvers, gradient_devices=None, epochs=3, engine="batched", **options):
     """Run `method`'s local problem through an engine; return everything a test compares."""
     model, clients = tiny_clients()
     params = tiny_params(model)
     ctx = context(model, clients, params, solvers, gradient_devices)
-    problem = method.local_problem(ctx, mu)
+    problem = method.local_problem(ctx, mu, **options)
     settings = SGDSettings(lr=LR, epochs=epochs, batch_size=1000, seed=0)  # one full batch per epoch
     models = ENGINES[engine](model, params, problem, clients, np.asarray(solvers), settings, 0)
     return model, clients, params, ctx, problem, models

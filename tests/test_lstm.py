@@ -140,3 +140,13 @@ def test_few_round_runs_decrease_the_loss(tmp_path, kind, lr):
         if method == "fedavg":
             assert metrics.train_loss.iloc[-1] < metrics.train_loss.iloc[0]
         assert record["result"]["diverged_round"] is None
+
+
+@pytest.mark.parametrize("kind", ["shakespeare", "sent140"])
+def test_authors_feddane_correction_is_refused_on_the_lstms(tmp_path, kind):
+    """The authors' FedDANE stops with a TypeError before its first round on these models (README):
+    there is no behaviour of theirs to replay, so the run refuses at once, naming the setting."""
+    data = write_leaf_like(tmp_path / f"{kind}.h5", kind)
+    config = RunConfig(data=data, method="feddane", mu=0.01, clients_per_round=2, feddane_correction="authors")
+    with pytest.raises(ValueError, match="feddane_correction='authors': defined for the MCLR models only"):
+        run(config)

@@ -88,8 +88,8 @@ def test_corrupt_checkpoint_starts_over_with_a_warning(data, tmp_path, damage):
     checkpoint = Checkpoint(tmp_path / "ckpt.pt")
     early, _ = run(config(data, rounds=9))
     params = torch.zeros(11, 4)  # the tiny dataset's MCLR: 10 features + bias, 4 classes
-    checkpoint.save(config(data), 10, params, early.to_dict("records"))
-    assert checkpoint.load(config(data), params)[0] == 10  # intact, it would be resumed from
+    checkpoint.save(config(data), 10, params, early.to_dict("records"), {})
+    assert checkpoint.load(config(data), params, {})[0] == 10  # intact, it would be resumed from
     blob = checkpoint.path.read_bytes()
     checkpoint.path.write_bytes(blob[: len(blob) // 2] if damage == "torn" else b"\x00garbage" * 100)
 
@@ -106,3 +106,24 @@ def test_checkpoint_of_other_settings_is_ignored(data, tmp_path):
     with pytest.warns(UserWarning, match="other settings"):
         resumed, _ = metrics_bytes(config(data), tmp_path / "x", checkpoint)
     assert resumed == reference
+
+
+def test_authors_shuffle_state_survives_a_resume(data, tmp_path):
+    """rng=authors: each device's count of local epochs is run state (its batches compound over
+    them); a run resumed from a checkpoint ends bit-identical to one never interrupted."""
+    authors = dict(rng="authors", second_subset="same", feddane_correction="authors", epochs=2)
+    reference, _ = metrics_bytes(config(data, **authors), tmp_path)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7)
+    run(config(data, **authors, rounds=ROUNDS - 1), checkpoint=checkpoint)  # leaves round 35 behind
+    saved = torch.load(checkpoint.path, weights_only=True)
+    assert saved["round"] == 35 and int(saved["state"]["epochs_done"].sum()) == 35 * 4 * 2
+    # ...not the same settings (rounds differ): make it look like this run's own checkpoint
+    from fedsim.train import _fingerprint
+    saved["settings"] = _fingerprint(config(data, **authors))
+    torch.save(saved, checkpoint.path)
+    resumed, record = metrics_bytes(config(data, **authors), tmp_path / "x", checkpoint)
+    assert record["result"]["resumed_from_round"] == 35 and resumed == reference
+    # the state matters: resumed with every count at zero, the run ends elsewhere
+    saved["state"]["epochs_done"].zero_()
+    torch.save(saved, checkpoint.path)
+    assert metrics_bytes(config(data, **authors), tmp_path / "y", checkpoint)[0] != reference

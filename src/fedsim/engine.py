@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import authors
 from .methods import LocalProblem
 
 SHUFFLE_STREAM = 1  # keeps the shuffling seeds apart from the selection seeds
@@ -85,14 +86,19 @@ class SGDSettings:
     epochs: int
     batch_size: int
     seed: int
+    shuffle: str = "fedsim"                # fedsim | authors (fedsim.authors)
+    epochs_done: np.ndarray | None = None  # authors: local epochs each device has trained so far
 
 
 def batch_plan(size: int, settings: SGDSettings, round_: int, device: int) -> np.ndarray:
     """Local row indices of every mini-batch, (steps, batch_size), padded with -1.
 
-    Each epoch visits the device's samples in a fresh seeded order; the last batch of an
-    epoch holds the remainder (as in the reference code, which never drops samples).
+    Each epoch visits the device's samples in a fresh seeded order (`shuffle: authors`: the
+    authors' compounding in-place shuffle instead); the last batch of an epoch holds the
+    remainder (as in the reference code, which never drops samples).
     """
+    if settings.shuffle == "authors":
+        return authors.batch_plan(size, settings.batch_size, settings.epochs, int(settings.epochs_done[device]))
     rng = np.random.default_rng([settings.seed, round_, device, SHUFFLE_STREAM])
     b = settings.batch_size
     per_epoch = -(-size // b)

@@ -39,6 +39,26 @@ class MCLR:
         return params
 
     @staticmethod
+    def tensors(params: torch.Tensor) -> list[torch.Tensor]:
+        """Views of the kernel (features, classes) and the bias (classes,), in the order of the
+        reference model's trainable variables; a leading device dimension is kept."""
+        return [params[..., :-1, :], params[..., -1, :]]
+
+    def from_tensors(self, tensors: dict, dtype=torch.float32, source="tensors") -> torch.Tensor:
+        """Parameters from a `kernel` and a `bias` array (the reference model's variables)."""
+        shapes = {"kernel": (self.num_features, self.num_classes), "bias": (self.num_classes,)}
+        for name, shape in shapes.items():
+            got = tensors.get(name)
+            if got is None or tuple(got.shape) != shape:
+                found = "missing" if got is None else f"shape {tuple(got.shape)}"
+                raise ValueError(f"{source}: {name} must have shape {shape} for this dataset's model, {found}")
+        params = torch.empty(self.num_features + 1, self.num_classes, dtype=dtype)
+        kernel, bias = self.tensors(params)
+        kernel.copy_(torch.as_tensor(tensors["kernel"]))
+        bias.copy_(torch.as_tensor(tensors["bias"]))
+        return params
+
+    @staticmethod
     def prepare_inputs(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Flatten samples and append the constant input that multiplies the bias row.
 

@@ -8,6 +8,10 @@ Protocol (the reference code's, with the paper's text as options):
   devices in the same round (a paired comparison, as the reference's re-seeding gives);
 - FedDANE's solving subset S'_t is drawn independently of S_t (`second_subset:
   independent`, Algorithm 2 of the paper) or equals it (`same`, the reference code);
+- FedDANE's correction term is the paper's g_t - grad F_k(w^{t-1}) (`feddane_correction:
+  exact`) or what the authors' code computed (`authors`, fedsim.methods.feddane);
+- `rng: authors` replaces fedsim's draws by the authors' (selection seeded by the round, their
+  compounding mini-batch shuffle: fedsim.authors); `init` loads an initial model from a file;
 - metrics row t describes the global model after t rounds (row 0: the initial model);
 - a non-finite training loss ends the run at that round: the run is recorded as
   diverged there, with every metric so far.
@@ -42,8 +46,10 @@ import torch
 from . import __version__
 from .atomic import atomic_path, write_csv, write_json
 from .data import FederatedDataset
+from . import authors
 from .engine import ENGINES, Clients, SGDSettings
 from .methods import RoundContext, get_method
+from .methods.feddane import CORRECTIONS
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
@@ -72,6 +78,9 @@ class RunConfig:
     dtype: str = "float32"
     load: str = "auto"                # memory | stream | auto: how the train split is read
     eval_devices: int | None = None   # metrics on a seeded sample of this many devices; None: all
+    feddane_correction: str = "exact"  # exact | authors: FedDANE's linear term (fedsim.methods.feddane)
+    rng: str = "fedsim"               # fedsim | authors: whose selection and mini-batch draws (fedsim.authors)
+    init: str | None = None           # .npz initial model ({seed}: the run's seed); None: fedsim's own draw
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field, before any expensive work."""
@@ -91,14 +100,27 @@ class RunConfig:
             "dtype": self.dtype in DTYPES,
             "load": self.load in ("auto", "memory", "stream"),
             "eval_devices": self.eval_devices is None or self.eval_devices >= 1,
+            "feddane_correction": self.feddane_correction in CORRECTIONS,
+            "rng": self.rng in ("fedsim", "authors"),
         }
         for field, ok in checks.items():
             if not ok:
                 raise ValueError(f"bad run setting {field}={getattr(self, field)!r}")
         if self.method == "fedavg" and self.mu != 0:
             raise ValueError(f"bad run setting mu={self.mu!r}: fedavg has no proximal term")
+        if self.feddane_correction != "exact" and self.method != "feddane":
+            raise ValueError(f"bad run setting feddane_correction={self.feddane_correction!r}: "
+                             f"only feddane has a correction term (method {self.method})")
+        if self.rng == "authors":  # their code draws uniformly, and FedDANE's two subsets alike
+            if self.selection != "uniform":
+                raise ValueError(f"bad run setting selection={self.selection!r}: rng=authors selects uniformly")
+            if self.method == "feddane" and self.second_subset != "same":
+                raise ValueError(f"bad run setting second_subset={self.second_subset!r}: "
+                                 "rng=authors draws FedDANE's second subset as its first (use same)")
         if not Path(self.data).is_file():
             raise ValueError(f"dataset file not found: {self.data}")
+        if self.init is not None and not authors.init_file(self.init, self.seed).is_file():
+            raise ValueError(f"init file not found: {authors.init_file(self.init, self.seed)}")
 
 
 def select_devices(seed: int, round_: int, stream: int, k: int, sizes: np.ndarray, selection: str) -> np.ndarray:
@@ -148,6 +170,15 @@ def make_model(dataset: FederatedDataset, dtype: torch.dtype, device: torch.devi
     return MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
 
 
+def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
+    """Raise ValueError where the run's settings do not fit the dataset's model."""
+    if config.feddane_correction == "authors" and not hasattr(model, "tensors"):
+        raise ValueError("bad run setting feddane_correction='authors': defined for the MCLR models only "
+                         "(the authors' FedDANE code never ran on the LSTM models)")
+    if config.init is not None:
+        initial_params(config, model, dtype)
+
+
 def input_layout(model, dtype: torch.dtype) -> tuple[int, torch.dtype]:
     """(width, dtype) of a sample as model input: ids for the LSTMs, features + 1 for MCLR."""
     if hasattr(model, "input_dtype"):
@@ -163,6 +194,7 @@ class RunData:
         self.dataset, self.device, self.dtype = dataset, _compute_device(config.device), DTYPES[config.dtype]
         self.threads = config.threads
         self.model = make_model(dataset, self.dtype, self.device)
+        check_model(config, self.model, self.dtype)  # before the (possibly long) loads below
         self.width, self.input_dtype = input_layout(self.model, self.dtype)
         self.sizes = dataset.train_sizes
         split_bytes = int(self.sizes.sum()) * self.width * self.input_dtype.itemsize
@@ -207,35 +239,40 @@ class RunData:
 class Checkpoint:
     """Where and how often a run saves its state, to continue after a kill.
 
-    A run's randomness is a function of (seed, round, device), never of a generator's
-    state, so the global model and the metrics so far are the whole state: a resumed run
-    ends bit-identical to one never interrupted. The file is written atomically; one that
-    cannot be read, or belongs to other settings, is ignored with a warning.
+    fedsim's randomness is a function of (seed, round, device), never of a generator's
+    state, so the global model, the metrics so far and the run's `state` (the authors'
+    shuffle: each device's epoch count) are the whole state: a resumed run ends
+    bit-identical to one never interrupted. The file is written atomically; one that cannot
+    be read, or belongs to other settings, is ignored with a warning.
     """
 
     path: Path
     every: int = 10
 
-    def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict]) -> None:
-        state = {"settings": _fingerprint(config), "round": round_, "params": params.cpu(), "rows": rows}
+    def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict],
+             state: dict[str, torch.Tensor]) -> None:
+        saved = {"settings": _fingerprint(config), "round": round_, "params": params.cpu(), "rows": rows,
+                 "state": {k: v.cpu() for k, v in state.items()}}
         with atomic_path(self.path) as tmp:
-            torch.save(state, tmp)
+            torch.save(saved, tmp)
 
-    def load(self, config: RunConfig, params: torch.Tensor):
-        """(round, params, rows) saved for these settings, or None to start from round 0."""
+    def load(self, config: RunConfig, params: torch.Tensor, state: dict[str, torch.Tensor]):
+        """(round, params, rows, state) saved for these settings, or None to start from round 0;
+        `state` is the run's initial state (names and shapes the saved one must have)."""
         if not self.path.exists():
             return None
         try:
-            state = torch.load(self.path, weights_only=True)
-            round_, saved, rows = state["round"], state["params"], state["rows"]
-            if state["settings"] != _fingerprint(config):
+            saved = torch.load(self.path, weights_only=True)
+            round_, values, rows, extra = saved["round"], saved["params"], saved["rows"], saved["state"]
+            if saved["settings"] != _fingerprint(config):
                 raise ValueError("it was saved by a run with other settings")
-            if saved.shape != params.shape or len(rows) != round_ or not 0 < round_ <= config.rounds:
+            if values.shape != params.shape or len(rows) != round_ or not 0 < round_ <= config.rounds \
+                    or {k: v.shape for k, v in extra.items()} != {k: v.shape for k, v in state.items()}:
                 raise ValueError("its contents are inconsistent")
         except Exception as err:  # a torn or foreign file must never stop or bend the run
             warnings.warn(f"ignoring checkpoint {self.path}: {err}; starting from round 0", stacklevel=2)
             return None
-        return round_, saved.to(params), rows
+        return round_, values.to(params), rows, extra
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -273,6 +310,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
         "config": dataclasses.asdict(config),
         "dataset": dataset_record,
         "data_access": data.record(),
+        "init": _init_record(config),
         "fedsim_version": __version__,
         "torch_version": torch.__version__,
         "result": {
@@ -286,6 +324,13 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
         },
     }
     return metrics, record
+
+
+def _init_record(config: RunConfig) -> dict:
+    if config.init is None:
+        return {"source": "fedsim", "seed": config.seed}
+    path = authors.init_file(config.init, config.seed)
+    return {"source": "file", "file": str(path), "sha256": authors.file_sha256(path)}
 
 
 def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list[dict], int | None, int | None]:
@@ -307,15 +352,17 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list
             return model.device_grads(params, x, y, offsets)
         return grads
 
-    init_seed = int(np.random.SeedSequence([config.seed, INIT_STREAM]).generate_state(1)[0])
-    params = model.init(torch.Generator().manual_seed(init_seed), dtype).to(device)
+    params = initial_params(config, model, dtype).to(device)
+    # the authors' shuffle compounds over each device's local epochs: their count is run state
+    state = {"epochs_done": torch.zeros(data.dataset.num_devices, dtype=torch.int64)} \
+        if config.rng == "authors" else {}
     rows, start = [], 0
-    saved = checkpoint.load(config, params) if checkpoint is not None else None
+    saved = checkpoint.load(config, params, state) if checkpoint is not None else None
     if saved is not None:
-        start, params, rows = saved
+        start, params, rows, state = saved
     for t in range(start, config.rounds + 1):
         if checkpoint is not None and t > start and t % checkpoint.every == 0:
-            checkpoint.save(config, t, params, rows)
+            checkpoint.save(config, t, params, rows, state)
         rows.append({"round": t, "communication_rounds": t * method.COMMUNICATION_ROUNDS,
                      **evaluate(model, params, data.eval_train, data.eval_test)})
         if on_round is not None:
@@ -324,19 +371,37 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list
             return rows, t, (start or None)
         if t == config.rounds:
             return rows, None, (start or None)
-        gradient_devices = select_devices(config.seed, t, SELECTION_STREAM, config.clients_per_round,
-                                          data.sizes, config.selection)
-        solvers = gradient_devices
-        if config.method == "feddane" and config.second_subset == "independent":
-            solvers = select_devices(config.seed, t, SECOND_SUBSET_STREAM, config.clients_per_round,
-                                     data.sizes, config.selection)
+        if config.rng == "authors":
+            gradient_devices = solvers = authors.select_devices(t, len(data.sizes), config.clients_per_round)
+            settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
+        else:
+            gradient_devices = solvers = select_devices(config.seed, t, SELECTION_STREAM,
+                                                        config.clients_per_round, data.sizes, config.selection)
+            if config.method == "feddane" and config.second_subset == "independent":
+                solvers = select_devices(config.seed, t, SECOND_SUBSET_STREAM, config.clients_per_round,
+                                         data.sizes, config.selection)
         train = data.round_train(np.concatenate([gradient_devices, solvers]))
         ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
-                           device_grads=device_grads_at(params, train), weights=weights)
-        problem = method.local_problem(ctx, config.mu)
+                           device_grads=device_grads_at(params, train), weights=weights, model=model)
+        problem = method.local_problem(ctx, config.mu, **method_options(config))
         local_models = local_sgd(model, params, problem, train, solvers, settings, t)
         params = method.server_update(ctx, local_models)
+        if "epochs_done" in state:  # uniform selection: no device twice in a round
+            state["epochs_done"][torch.from_numpy(solvers)] += config.epochs
     return rows, None, (start or None)
+
+
+def method_options(config: RunConfig) -> dict:
+    """The run settings a method's local problem takes besides mu."""
+    return {"correction": config.feddane_correction} if config.method == "feddane" else {}
+
+
+def initial_params(config: RunConfig, model, dtype: torch.dtype) -> torch.Tensor:
+    """The model the run starts from: the `init` file's, else fedsim's seeded draw."""
+    if config.init is not None:
+        return authors.load_init(authors.init_file(config.init, config.seed), model, dtype)
+    init_seed = int(np.random.SeedSequence([config.seed, INIT_STREAM]).generate_state(1)[0])
+    return model.init(torch.Generator().manual_seed(init_seed), dtype)
 
 
 def write_run(metrics: pd.DataFrame, record: dict, metrics_path, info_path) -> None:

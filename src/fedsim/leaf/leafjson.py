@@ -2,14 +2,19 @@
 
 A LEAF file is {"users": [...], "num_samples": [...], "user_data": {user: {"x": [...], "y": [...]}}}
 (plus "hierarchies" for Shakespeare); a split is a folder of such files (.json or .json.gz), e.g.
-data/train and data/test. Users keep the order in which the train files list them (files in natural
-order: all_data_2 before all_data_10); users found only in test follow.
+data/train and data/test. FedProx's released data (its synthetic sets, its FEMNIST) has the same layout.
+Devices are in sorted user-id order (`order="sorted"`, what LEAF's and the authors' read_data do, so
+device indices, and with them the authors' selection, match theirs), or in the order the train files
+list them (`order="file"`; files in natural order: all_data_2 before all_data_10); users found only in
+test follow.
 
 x is converted per dataset kind:
 - femnist:     784 floats -> float32 (784,), labels as in LEAF (62 classes)
 - shakespeare: 80-char string -> uint8 indices into ALPHABET, next char -> its index (80 classes)
 - sent140:     [id, date, query, user, text, set] -> 25 GloVe token indices (needs `glove`), 2 classes;
                the trimmed embedding is stored in the file as for build_sent140
+- synthetic:   any other list of numbers (FedProx's synthetic sets: 60 floats) -> float32, labels
+               (written as integers or integral floats) -> int64, classes = largest label + 1
 """
 
 import gzip
@@ -25,7 +30,8 @@ try:  # 4x faster on LEAF's big float lists; plain json otherwise
 except ImportError:  # pragma: no cover
     _loads = json.loads
 
-KINDS = ("femnist", "shakespeare", "sent140")
+KINDS = ("femnist", "shakespeare", "sent140", "synthetic")
+ORDERS = ("sorted", "file")
 
 
 def leaf_files(paths):
@@ -71,6 +77,8 @@ def guess_kind(x):
         return "femnist"
     if isinstance(x, list) and len(x) >= 5 and isinstance(x[4], str):
         return "sent140"
+    if isinstance(x, list) and x and all(isinstance(v, (int, float)) for v in x):
+        return "synthetic"
     raise ValueError(f"cannot tell the LEAF dataset from a sample x of type {type(x).__name__}")
 
 
@@ -78,8 +86,19 @@ def _convert(kind, xs, ys):
     """One user's LEAF x/y lists -> (x array, y int64 array) for femnist or shakespeare."""
     if kind == "femnist":
         return np.asarray(xs, np.float32).reshape(-1, 784), np.asarray(ys, np.int64)
+    if kind == "synthetic":
+        x = np.asarray(xs, np.float32).reshape(len(ys), -1) if len(ys) else np.zeros((0, 0), np.float32)
+        return x, _integer_labels(ys)
     from .shakespeare import SEQ_LEN, encode
     return encode("".join(xs)).reshape(-1, SEQ_LEN), encode("".join(ys)).astype(np.int64)
+
+
+def _integer_labels(ys):
+    y = np.asarray(ys, np.float64)
+    bad = y[(y != np.round(y)) | (y < 0)]
+    if len(bad):
+        raise ValueError(f"labels must be non-negative integers, got {bad[0]:g}")
+    return y.astype(np.int64)
 
 
 def _sent140_label(v):
@@ -88,14 +107,17 @@ def _sent140_label(v):
 
 
 def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes=None, glove=None,
-                     glove_dim=300, max_words=25):
+                     glove_dim=300, max_words=25, order="sorted"):
     """Convert LEAF train/test JSON (files or folders) into one dataset file; returns its provenance.
 
-    num_classes defaults to LEAF's (femnist 62, shakespeare 80, sent140 2); e.g. FedProx's own FEMNIST
-    files (labels 0-9) want num_classes=10.
+    num_classes defaults to LEAF's (femnist 62, shakespeare 80, sent140 2; synthetic: the largest
+    label + 1); e.g. FedProx's own FEMNIST files (labels 0-9) want num_classes=10.
     """
+    if order not in ORDERS:
+        raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
     splits = [read_leaf_split(train), read_leaf_split(test)]
-    users = list(dict.fromkeys([*splits[0], *splits[1]]))
+    in_train = sorted(splits[0]) if order == "sorted" else list(splits[0])
+    users = list(dict.fromkeys([*in_train, *splits[1]]))
     if not users:
         raise ValueError(f"no users in {train} / {test}")
     kind = kind or guess_kind(next(xs[0] for s in splits for xs, _ in s.values() if xs))
@@ -104,7 +126,8 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
     # per user, train rows then test rows
     xs = [s.get(u, ([], []))[0] for u in users for s in splits]
     ys = [s.get(u, ([], []))[1] for u in users for s in splits]
-    provenance = dict(generator="fedsim.leaf.leafjson", source="LEAF JSON", train=str(train), test=str(test))
+    provenance = dict(generator="fedsim.leaf.leafjson", source="LEAF JSON", train=str(train), test=str(test),
+                      user_order=order)
     extras = None
     if kind == "sent140":
         from .sent140 import embed_and_tokenize
@@ -116,8 +139,16 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
     else:
         from .shakespeare import ALPHABET, SEQ_LEN
         blocks = [_convert(kind, x, y) for x, y in zip(xs, ys)]
-        default_classes, shape, dtype = (62, (784,), np.float32) if kind == "femnist" else \
-            (len(ALPHABET), (SEQ_LEN,), np.uint8)
+        if kind == "synthetic":
+            widths = {b[0].shape[1] for b in blocks if len(b[0])}
+            if len(widths) != 1:
+                raise ValueError(f"samples have different numbers of features: {sorted(widths)}")
+            labels = [b[1].max() for b in blocks if len(b[1])]
+            default_classes, shape, dtype = int(max(labels)) + 1, (widths.pop(),), np.float32
+            blocks = [(b[0].reshape(-1, *shape), b[1]) for b in blocks]
+        else:
+            default_classes, shape, dtype = (62, (784,), np.float32) if kind == "femnist" else \
+                (len(ALPHABET), (SEQ_LEN,), np.uint8)
     rows = [tuple(np.concatenate(p) for p in zip(blocks[2 * k], blocks[2 * k + 1])) for k in range(len(users))]
     parts = [(np.arange(len(ys[2 * k])), np.arange(len(ys[2 * k]), len(rows[k][1]))) for k in range(len(users))]
     write_partition(out_path, name=name or f"{kind}_leaf", kind=kind, num_classes=num_classes or default_classes,

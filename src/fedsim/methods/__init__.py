@@ -43,6 +43,7 @@ class RoundContext:
     gradient_devices: np.ndarray               # devices asked for a full local gradient (S_t)
     device_grads: Callable[[np.ndarray], torch.Tensor]  # full local gradients at params
     weights: Callable[[np.ndarray], torch.Tensor]       # aggregation weights, summing to 1
+    model: object = None                       # the model (its tensor layout, for methods that need it)
 
 
 def weighted_average(stacked: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
