@@ -23,9 +23,9 @@ def drawn(monkeypatch):
     return figs
 
 
-def tuned_table(rows):
-    return pd.DataFrame([{"dataset": d, "clients_per_round": k, "epochs": e, "rounds": r, "chosen_mu": mu}
-                         for d, k, e, r, mu in rows])
+def tuned_table(rows, method="feddane", correction="exact"):
+    return pd.DataFrame([{"dataset": d, "method": method, "feddane_correction": correction, "clients_per_round": k,
+                          "epochs": e, "rounds": r, "chosen_mu": mu} for d, k, e, r, mu in rows])
 
 
 def lines(ax):
@@ -69,6 +69,20 @@ def test_feddane_is_shown_at_the_tuned_mu_of_its_setting(tmp_path, drawn):
     assert "FedDANE (μ=0.1)" in lines(drawn[0].axes[0])
     with pytest.raises(ValueError, match="several mu"):
         figures.figure1(runs, None, tmp_path / "f.pdf")
+
+
+def test_both_feddanes_are_shown_each_at_its_own_tuned_mu(tmp_path, drawn):
+    runs = panel_runs(tmp_path, dane={0: BLOWUP, 0.1: LOSSES, 1: LOSSES})
+    runs += [fake_run(tmp_path, mu=mu, losses=LOSSES, correction="authors") for mu in (0, 1)]
+    tuned = pd.concat([tuned_table([("synthetic_0_0", 10, 20, 4, 0.1)]),
+                       tuned_table([("synthetic_0_0", 10, 20, 4, 1)], correction="authors")])
+    figures.figure1(runs, tuned, tmp_path / "f.pdf")
+    assert set(lines(drawn[0].axes[0])) == {"FedAvg", "FedProx (μ=1)", "FedDANE (μ=0.1)",
+                                            "FedDANE, authors' code (μ=1)"}
+    figures.tuning_figure(runs, tuned, tmp_path / "t.pdf", fraction=0.5)
+    stars = {line.get_color(): line.get_xdata()[0] for line in drawn[1].axes[0].get_lines()
+             if line.get_marker() == "*"}
+    assert stars == {figures.COLORS["feddane"]: 0.1, figures.COLORS["feddane_authors"]: 1}
 
 
 def test_seeds_give_a_mean_and_a_band(tmp_path, drawn):

@@ -14,7 +14,7 @@ COMMUNICATION = {"fedavg": 1, "fedprox": 1, "feddane": 2}
 
 
 def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 2.0, 1.0, 0.5),
-             dataset="synthetic_0_0", alpha=0.0, iid=False):
+             dataset="synthetic_0_0", alpha=0.0, iid=False, correction="exact"):
     """Write a run record (metrics.csv + run.json) whose training loss follows `losses`
     (round 0 first); a non-finite loss ends the run there, as train.run does."""
     losses = list(losses)
@@ -33,13 +33,14 @@ def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 
     record = {
         "config": {"method": method, "mu": mu, "clients_per_round": K, "epochs": E, "seed": seed,
                    "rounds": rounds, "lr": 0.01, "batch_size": 10, "selection": "uniform",
-                   "second_subset": "independent"},
+                   "second_subset": "independent", "feddane_correction": correction, "rng": "fedsim",
+                   "init": None},
         "dataset": {"name": dataset, "kind": "synthetic", "devices": 30, "provenance": provenance},
         "result": {"rounds_completed": len(kept) - 1, "final_train_loss": kept[-1],
                    "final_train_acc": 0.9, "final_test_acc": 0.8, "diverged_round": stop,
                    "wall_seconds": 1.0},
     }
-    run_dir = folder / dataset / method / f"mu{mu:g}_K{K}_E{E}_seed{seed}"
+    run_dir = folder / dataset / f"{method}_{correction}" / f"mu{mu:g}_K{K}_E{E}_seed{seed}"
     write_run(metrics, record, run_dir / "metrics.csv", run_dir / "run.json")
     return str(run_dir / "run.json")
 
@@ -61,21 +62,27 @@ def test_tune_picks_the_lowest_seed_mean_per_setting(tmp_path):
         fake_run(tmp_path, mu=0, K=5, losses=[3, 0.4]),
         fake_run(tmp_path, mu=1, K=5, losses=[3, 0.4]),  # a tie: the smaller mu wins
         fake_run(tmp_path, method="fedavg", losses=[3, 0.01]),  # another method: ignored
+        fake_run(tmp_path, mu=0, losses=[3, 0.1], correction="authors"),  # the other FedDANE: tuned apart
+        fake_run(tmp_path, mu=1, losses=[3, 0.2], correction="authors"),
     ]
-    table = tune(runs, "feddane", fraction=0.5).set_index("clients_per_round")
-    assert table.loc[10, "chosen_mu"] == 1 and table.loc[10, "score"] == pytest.approx(0.8)
-    assert table.loc[10, "candidates"] == "0;1" and table.loc[10, "scores"] == "inf;0.8"
-    assert table.loc[5, "chosen_mu"] == 0
+    table = tune(runs, ["feddane", "feddane_authors"], fraction=0.5)
+    exact = table[table["feddane_correction"] == "exact"].set_index("clients_per_round")
+    assert exact.loc[10, "chosen_mu"] == 1 and exact.loc[10, "score"] == pytest.approx(0.8)
+    assert exact.loc[10, "candidates"] == "0;1" and exact.loc[10, "scores"] == "inf;0.8"
+    assert exact.loc[5, "chosen_mu"] == 0
+    authors = table[table["feddane_correction"] == "authors"]
+    assert len(authors) == 1 and authors["chosen_mu"].iloc[0] == 0 and authors["method"].iloc[0] == "feddane"
+    assert len(tune(runs, ["feddane"], fraction=0.5)) == 2  # only the method asked for
 
 
 def test_tune_without_runs_of_the_method_is_an_error(tmp_path):
-    with pytest.raises(ValueError, match="no runs of method 'feddane'"):
-        tune([fake_run(tmp_path, method="fedavg")], "feddane", 0.1)
+    with pytest.raises(ValueError, match="no runs of feddane, feddane_authors to tune"):
+        tune([fake_run(tmp_path, method="fedavg")], ["feddane", "feddane_authors"], 0.1)
 
 
 def test_tuning_scores_has_one_row_per_run(tmp_path):
     paths = [fake_run(tmp_path, mu=mu, seed=seed) for mu in (0, 0.1) for seed in (0, 1)]
-    scores = tuning_scores(map(read_run, paths), "feddane", 0.25)
+    scores = tuning_scores(map(read_run, paths), ["feddane"], 0.25)
     assert len(scores) == 4 and set(scores["seed"]) == {0, 1}
     assert (scores["score"] == 0.5).all()
 

@@ -9,6 +9,7 @@ repository's src/ so no `pip install -e .` is needed.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
 import shutil
@@ -92,13 +93,14 @@ def test_lint_is_clean():
     assert "Lints for" not in out
 
 
-# The default DAG before tuning: Figure 1's 4 datasets x (FedAvg, FedProx, 5 FedDANE mu);
-# Figure 2's FedAvg and FedProx on 3 datasets at K = 1, 5, 30 (K = 10 is Figure 1's);
-# Figure 3's FedAvg and FedProx on 4 datasets at K = 30, E = 1; all of it per seed.
-# FedDANE's runs of Figures 2 and 3 join once `tune` has chosen Figure 1's mu.
+# The default DAG before tuning: Figure 1's 4 datasets x (FedAvg, FedProx, 5 mu of each
+# FedDANE: the paper's and the authors' code's); Figure 2's FedAvg and FedProx on 3 datasets
+# at K = 1, 5, 30 (K = 10 is Figure 1's); Figure 3's FedAvg and FedProx on 4 datasets at
+# K = 30, E = 1; all of it per seed. The FedDANEs' runs of Figures 2 and 3 join once `tune`
+# has chosen Figure 1's mu.
 SEEDS = 2
-STATIC_TRAIN = SEEDS * (4 * 7 + 3 * 3 * 2 + 4 * 2)
-AFTER_TUNING_TRAIN = SEEDS * (3 * 3 + 4)
+STATIC_TRAIN = SEEDS * (4 * 12 + 3 * 3 * 2 + 4 * 2)
+AFTER_TUNING_TRAIN = SEEDS * 2 * (3 * 3 + 4)
 
 
 def test_default_dag_dry_run(tmp_path):
@@ -122,6 +124,7 @@ def test_default_dag_dry_run(tmp_path):
         "results/runs/synthetic_iid/fedavg/mu0_K10_E20_seed0/metrics.csv",
         "results/runs/synthetic_0_0/fedprox/mu1_K10_E20_seed1/run.json",
         "results/runs/synthetic_1_1/feddane/mu0.001_K10_E20_seed0/run.json",
+        "results/runs/synthetic_1_1/feddane_authors/mu0.001_K10_E20_seed0/run.json",
         "results/runs/synthetic_0.5_0.5/fedavg/mu0_K1_E20_seed1/run.json",
         "results/runs/synthetic_1_1/fedprox/mu1_K30_E1_seed0/run.json",
         "results/summary/runs.csv",
@@ -137,10 +140,13 @@ def test_default_dag_dry_run(tmp_path):
     # the paper's hyper-parameters reach the package CLI
     assert re.search(
         r"python -m fedsim\.warm train --data results/datasets/synthetic_iid\.h5 --method fedprox"
+        r" --feddane-correction exact --rng fedsim"
         r" --mu 1 --clients-per-round 10 --epochs 20 --batch-size 10 --lr 0\.01 --rounds 200"
         r" --seed 0 --selection uniform --second-subset independent",
         out,
     ), out
+    assert re.search(r"--data results/datasets/synthetic_0_0\.h5 --method feddane --feddane-correction authors"
+                     r" --rng fedsim --mu 0\.01 ", out), out
 
 
 def test_per_setting_tuning_runs_the_grid_everywhere(tmp_path):
@@ -151,7 +157,7 @@ def test_per_setting_tuning_runs_the_grid_everywhere(tmp_path):
     write_config(workdir, cfg)
     code, out = snakemake(workdir, "--dry-run", "--cores", "1")
     assert code == 0, out
-    assert job_counts(out)["train"] == STATIC_TRAIN + SEEDS * 5 * (3 * 3 + 4)
+    assert job_counts(out)["train"] == STATIC_TRAIN + SEEDS * 2 * 5 * (3 * 3 + 4)
     assert "mu0.1_K1_E20_seed1" in out and "mu0.001_K30_E1_seed0" in out
 
 
@@ -162,7 +168,7 @@ def test_rounds_of_an_experiment_get_their_own_runs(tmp_path):
     write_config(workdir, cfg)
     code, out = snakemake(workdir, "--dry-run", "--printshellcmds", "--cores", "1")
     assert code == 0, out
-    assert job_counts(out)["train"] == 4 * 7
+    assert job_counts(out)["train"] == 4 * 12
     assert "results/runs/synthetic_iid/feddane/mu0.1_K10_E20_T20_seed3/run.json" in out
     assert "--rounds 20 --seed 3" in out and "--rounds 200" not in out
 
@@ -177,12 +183,8 @@ def test_mu_paths_are_canonical(tmp_path):
     code, out = snakemake(workdir, "--dry-run", "--cores", "1")
     assert code == 0, out
     runs = set(re.findall(r"results/runs/synthetic_iid/(\w+)/(mu[^_]+)_K10_E20_seed0/run\.json", out))
-    assert runs == {
-        ("fedavg", "mu0"),
-        ("fedprox", "mu1"),
-        ("feddane", "mu0"),
-        ("feddane", "mu0.001"),
-        ("feddane", "mu1"),
+    assert runs == {("fedavg", "mu0"), ("fedprox", "mu1")} | {
+        (method, mu) for method in ("feddane", "feddane_authors") for mu in ("mu0", "mu0.001", "mu1")
     }
 
 
@@ -333,12 +335,12 @@ needs_cli = pytest.mark.skipif(
 )
 
 TINY_DATASETS = ["synthetic_iid", "synthetic_1_1"]
-TINY_METHODS = ["fedavg", "fedprox", "feddane"]
+TINY_METHODS = ["fedavg", "fedprox", "feddane", "feddane_authors"]
 TINY_GRID = [0, 1]
 TINY_SEEDS = [0, 1]  # Figure 1's; the others use the top-level seeds: [0]
 # Figure 1: every (method, mu) x 2 seeds; Figure 2 adds K = 1 (K = 3 is Figure 1's, seed 0);
-# Figure 3 adds K = 8 (all devices), E = 2. Figures 2 and 3 run FedDANE at Figure 1's mu.
-TINY_RUNS = len(TINY_DATASETS) * ((2 + len(TINY_GRID)) * len(TINY_SEEDS) + 3 + 3)
+# Figure 3 adds K = 8 (all devices), E = 2. Figures 2 and 3 run each FedDANE at Figure 1's mu.
+TINY_RUNS = len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 4 + 4)
 FIGURES = ["figure1", "figure2", "figure3"]
 
 
@@ -382,24 +384,26 @@ def test_tiny_real_run(tiny_run):
     assert not list(results.glob("checkpoints/**/*.pt"))  # completed runs leave no checkpoint
     for column in ("dataset", "method", "mu", "clients_per_round", "epochs", "seed", "final_train_loss"):
         assert column in rows[0], column
-    assert {(r["dataset"], r["method"]) for r in rows} == {
-        (d, m) for d in TINY_DATASETS for m in TINY_METHODS
-    }
+    runs_of = {(r["dataset"], r["method"], r["feddane_correction"]) for r in rows}
+    assert runs_of == {(d, *m) for d in TINY_DATASETS for m in
+                       [("fedavg", "exact"), ("fedprox", "exact"), ("feddane", "exact"), ("feddane", "authors")]}
     assert {(r["clients_per_round"], r["epochs"]) for r in rows} == {("3", "1"), ("1", "1"), ("8", "2")}
     assert {r["seed"] for r in rows if r["clients_per_round"] == "3"} == {"0", "1"}
-    # Figures 2 and 3 run FedDANE at the mu tuned for the dataset in Figure 1, only
+    # Figures 2 and 3 run each FedDANE at its mu tuned for the dataset in Figure 1, only
     tuned = read_csv(results / "summary" / "tuned_mu.csv")
-    assert len(tuned) == len(TINY_DATASETS)
-    chosen = {row["dataset"]: float(row["chosen_mu"]) for row in tuned}
+    assert len(tuned) == 2 * len(TINY_DATASETS)
+    chosen = {(row["dataset"], row["feddane_correction"]): float(row["chosen_mu"]) for row in tuned}
     for row in rows:
         if row["method"] == "feddane" and row["clients_per_round"] != "3":
-            assert float(row["mu"]) == chosen[row["dataset"]], row
+            assert float(row["mu"]) == chosen[row["dataset"], row["feddane_correction"]], row
     for name in FIGURES + [f"{f}_test_acc" for f in FIGURES] + ["tuning"]:
         for ext in ("png", "pdf"):
             assert (results / "figures" / f"{name}.{ext}").stat().st_size > 0, name
     for name in TINY_DATASETS:
         run = results / "runs" / name / "feddane" / "mu1_K3_E1_seed1"
         assert (run / "metrics.csv").is_file() and (run / "run.json").is_file()
+        authors = json.loads((results / "runs" / name / "feddane_authors" / "mu1_K3_E1_seed1" / "run.json").read_text())
+        assert authors["config"]["feddane_correction"] == "authors" and authors["config"]["method"] == "feddane"
     assert (tiny_run / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
     assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K1_E1_seed0.tsv").is_file()
     # up to date afterwards
@@ -424,8 +428,8 @@ def test_changing_the_grid_reruns_only_new_runs(tiny_run, tmp_path):
     code, out = snakemake(tiny_run, "--dry-run", "--cores", "1", "--configfile", str(other))
     assert code == 0, out
     counts = job_counts(out)
-    # FedDANE at mu = 0.5 in Figure 1 (Figures 2 and 3 follow if tuning then picks 0.5)
-    assert counts["train"] == len(TINY_DATASETS) * len(TINY_SEEDS)
+    # each FedDANE at mu = 0.5 in Figure 1 (Figures 2 and 3 follow if tuning then picks 0.5)
+    assert counts["train"] == len(TINY_DATASETS) * 2 * len(TINY_SEEDS)
     assert "generate_synthetic" not in counts
     assert "mu0.5_K3_E1_seed1" in out
 
@@ -439,7 +443,7 @@ def test_changing_a_method_setting_reruns_its_runs(tiny_run, tmp_path):
     code, out = snakemake(tiny_run, "--dry-run", "--cores", "1", "--configfile", str(other))
     assert code == 0, out
     # every run of that dataset known before tuning (FedDANE's of Figures 2 and 3 follow it)
-    assert job_counts(out)["train"] == (2 + len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2
+    assert job_counts(out)["train"] == (2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2
     assert "generate_synthetic" not in job_counts(out)
 
 
@@ -461,8 +465,8 @@ def test_code_changes_rerun_what_they_touch(tiny_run):
         code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
         assert code == 0, out
         counts = job_counts(out)
-        # the tuning runs; Figures 2 and 3's FedDANE runs follow once tuning has rerun
-        assert counts["train"] == len(TINY_DATASETS) * len(TINY_GRID) * len(TINY_SEEDS)
+        # both FedDANEs' tuning runs; Figures 2 and 3's FedDANE runs follow once tuning has rerun
+        assert counts["train"] == len(TINY_DATASETS) * 2 * len(TINY_GRID) * len(TINY_SEEDS)
         assert "generate_synthetic" not in counts
         assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
     finally:
@@ -498,5 +502,5 @@ def test_shared_engine_edit_reruns_every_training_run(tiny_run):
     assert code == 0, out
     counts = job_counts(out)
     # every run known before tuning (FedDANE's of Figures 2 and 3 follow once tuning reran)
-    assert counts["train"] == len(TINY_DATASETS) * ((2 + len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2), out
+    assert counts["train"] == len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2), out
     assert "generate_synthetic" not in counts

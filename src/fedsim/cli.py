@@ -5,10 +5,13 @@
     python -m fedsim prepare-shakespeare --raw gutenberg-100-1994.txt.gz --out shakespeare.h5
     python -m fedsim prepare-femnist --json leaf/femnist/train leaf/femnist/test --out femnist.h5
     python -m fedsim prepare-sent140 --raw trainingandtestdata.zip --glove glove.6B.zip --out sent140.h5
+    python -m fedsim import-json --train data/train --test data/test --name synthetic_iid --out d.h5
     python -m fedsim datasets-table --out datasets.csv DATASET_H5...
     python -m fedsim train --data d.h5 --method feddane --mu 0.01 --metrics m.csv --info run.json
+    python -m fedsim train --data d.h5 --method feddane --feddane-correction authors --rng authors \
+        --second-subset same --init init-seed{seed}.npz ...     # the authors' code, replayed
     python -m fedsim summarise --out runs.csv RUN_JSON...
-    python -m fedsim tune --method feddane --fraction 0.1 --out tuned_mu.csv RUN_JSON...
+    python -m fedsim tune --methods feddane feddane_authors --fraction 0.1 --out tuned_mu.csv RUN_JSON...
     python -m fedsim figure1 --tuned tuned_mu.csv --out figure1.pdf RUN_JSON...
     python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
     python -m fedsim tuning-figure --tuned tuned_mu.csv --fraction 0.1 --out tuning.pdf RUN_JSON...
@@ -92,6 +95,19 @@ def _prepare_sent140(args) -> None:
     _check_devices(args.out, args.expect_devices)
 
 
+def _import_json(args) -> None:
+    from .data import FederatedDataset
+    from .leaf.leafjson import import_leaf_json
+
+    prov = import_leaf_json(args.train, args.test, args.out, kind=args.kind, name=args.name,
+                            num_classes=args.classes, order=args.order)
+    with FederatedDataset(args.out) as dataset:
+        print(f"{args.name}: {dataset.num_devices} devices ({prov['user_order']} order), kind {dataset.kind}, "
+              f"{int(dataset.train_sizes.sum())} train / {int(dataset.test_sizes.sum())} test samples, "
+              f"{dataset.num_classes} classes")
+    _check_devices(args.out, args.expect_devices)
+
+
 def _datasets_table(args) -> None:
     from .leaf.stats import write_datasets_csv
 
@@ -125,7 +141,7 @@ def _summarise(args) -> None:
 def _tune(args) -> None:
     from .summary import tune
 
-    write_csv(args.out, tune(args.runs, args.method, args.fraction))
+    write_csv(args.out, tune(args.runs, args.methods, args.fraction))
 
 
 def _figure(args) -> None:
@@ -142,7 +158,7 @@ def _tuning_figure(args) -> None:
 
     from .figures import tuning_figure
 
-    tuning_figure(args.runs, pd.read_csv(args.tuned), args.out, args.fraction, args.method)
+    tuning_figure(args.runs, pd.read_csv(args.tuned), args.out, args.fraction, args.methods)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -207,6 +223,20 @@ def build_parser() -> argparse.ArgumentParser:
     build_args(p)
     p.set_defaults(func=_prepare_femnist)
 
+    p = sub.add_parser("import-json", help="LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5")
+    p.add_argument("--train", required=True, nargs="+", help="train JSON files or folders (.json, .json.gz)")
+    p.add_argument("--test", required=True, nargs="+", help="test JSON files or folders")
+    p.add_argument("--kind", choices=["femnist", "shakespeare", "synthetic"],
+                   help="how to read a sample (default: told from the first one)")
+    p.add_argument("--classes", type=int, help="number of classes (default: the kind's; synthetic: largest label + 1)")
+    p.add_argument("--order", choices=["sorted", "file"], default="sorted",
+                   help="device order: sorted user ids (LEAF's and the authors' read_data) or as the files list them")
+    p.add_argument("--name", required=True)
+    p.add_argument("--expect-devices", type=int,
+                   help="the device count the config declares (a warning if the file has another)")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_import_json)
+
     p = sub.add_parser("datasets-table", help="devices and samples per device of dataset files: datasets.csv")
     p.add_argument("--out", required=True)
     p.add_argument("datasets", nargs="+", help="dataset HDF5 files")
@@ -224,6 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--selection", choices=["uniform", "weighted"], default="uniform")
     p.add_argument("--second-subset", choices=["independent", "same"], default="independent")
+    p.add_argument("--feddane-correction", choices=["exact", "authors"], default="exact",
+                   help="FedDANE's linear term: the paper's g_t - grad F_k, or what the authors' code computed")
+    p.add_argument("--rng", choices=["fedsim", "authors"], default="fedsim",
+                   help="whose selection and mini-batch draws: fedsim's (seed, round, device) or the authors' code's")
+    p.add_argument("--init", help="initial model, an .npz with kernel and bias ({seed}: the run's seed); "
+                                  "default: fedsim's seeded draw")
     p.add_argument("--engine", choices=["batched", "loop"], default="batched")
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
     p.add_argument("--threads", type=int, default=1)
@@ -244,8 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="run.json files")
     p.set_defaults(func=_summarise)
 
+    tuned = ["feddane", "feddane_authors"]
     p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")
-    p.add_argument("--method", default="feddane")
+    p.add_argument("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)")
     p.add_argument("--fraction", type=float, default=0.1)
     p.add_argument("--out", required=True)
     p.add_argument("runs", nargs="+")
@@ -266,7 +303,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tuning-figure", help="FedDANE's tail training loss against mu, per dataset")
     p.add_argument("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)")
-    p.add_argument("--method", default="feddane")
+    p.add_argument("--methods", nargs="+", default=tuned, help="the tuned methods to show (those with runs)")
     p.add_argument("--fraction", type=float, default=0.1)
     p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
     p.add_argument("runs", nargs="+")

@@ -19,15 +19,16 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .atomic import atomic_path  # noqa: E402
+from .methods import LABELS, variant_of  # noqa: E402
 from .summary import tuning_scores  # noqa: E402
 from .train import read_run  # noqa: E402
 
-LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddane": "FedDANE"}
-COLORS = {"fedavg": "tab:blue", "fedprox": "tab:green", "feddane": "tab:red"}
+COLORS = {"fedavg": "tab:blue", "fedprox": "tab:green", "feddane": "tab:red", "feddane_authors": "tab:orange"}
 METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
 X_AXES = {"rounds": ("round", "# rounds"),
           "communication_rounds": ("communication_rounds", "# communication rounds")}
-TUNED = "feddane"
+BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
+TUNED = ("feddane", "feddane_authors")
 
 
 def _provenance(record: dict) -> dict:
@@ -37,7 +38,7 @@ def _provenance(record: dict) -> dict:
 
 def dataset_title(record: dict) -> str:
     prov = _provenance(record)
-    if record["dataset"].get("kind") == "synthetic" and prov:
+    if record["dataset"].get("kind") == "synthetic" and "alpha" in prov:  # generated here, not imported
         return "Synthetic IID" if prov.get("iid") else f"Synthetic ({prov['alpha']:g},{prov['beta']:g})"
     return record["dataset"]["name"]
 
@@ -45,7 +46,7 @@ def dataset_title(record: dict) -> str:
 def panel_order(record: dict) -> tuple:
     """The paper's order: synthetic sets by rising heterogeneity (IID first), then the rest."""
     prov = _provenance(record)
-    if record["dataset"].get("kind") == "synthetic" and prov:
+    if record["dataset"].get("kind") == "synthetic" and "alpha" in prov:
         return (0, not prov.get("iid"), prov.get("alpha", 0), prov.get("beta", 0), record["dataset"]["name"])
     return (1, False, 0, 0, record["dataset"]["name"])
 
@@ -77,22 +78,25 @@ def _curve(ax, runs, column: str, label: str, color: str, x: str = "round"):
     return line
 
 
-def _tuned_mu(tuned: pd.DataFrame | None, key: tuple) -> float | None:
-    """The mu chosen for the setting `key` in tuned_mu.csv, if it has that setting."""
+def _tuned_mu(tuned: pd.DataFrame | None, key: tuple, method: str) -> float | None:
+    """The mu chosen for `method` (a variant name) in the setting `key` in tuned_mu.csv, if any."""
     if tuned is None:
         return None
     dataset, k, e, rounds = key
+    variants = tuned.apply(lambda row: variant_of(row.to_dict()), axis=1) if len(tuned) else []
     rows = tuned[(tuned["dataset"] == dataset) & (tuned["clients_per_round"] == k)
-                 & (tuned["epochs"] == e) & (tuned["rounds"] == rounds)]
+                 & (tuned["epochs"] == e) & (tuned["rounds"] == rounds) & (variants == method)]
     return float(rows["chosen_mu"].iloc[0]) if len(rows) else None
 
 
-def _method_runs(runs, method: str, chosen: float | None):
-    """The runs of one curve. FedDANE given at several mu is shown at the tuned one only."""
-    mine = [(m, r) for m, r in runs if r["config"]["method"] == method]
-    if method == TUNED and len({r["config"]["mu"] for _, r in mine}) > 1:
+def _method_runs(runs, method: str, tuned: pd.DataFrame | None):
+    """The runs of one curve (`method`: a variant name). A method given at several mu is shown
+    at its tuned one only."""
+    mine = [(m, r) for m, r in runs if variant_of(r["config"]) == method]
+    if len({r["config"]["mu"] for _, r in mine}) > 1:
+        chosen = _tuned_mu(tuned, setting(mine[0][1]), method)
         if chosen is None:
-            raise ValueError(f"{TUNED} runs at several mu and no tuned mu for {setting(mine[0][1])}")
+            raise ValueError(f"{method} runs at several mu and no tuned mu for {setting(mine[0][1])}")
         mine = [(m, r) for m, r in mine if r["config"]["mu"] == chosen]
     return mine
 
@@ -105,7 +109,7 @@ def _y_range(ax, lines: dict, metric: str) -> None:
         ax.set_ylim(0, 1)
         return
     ys = {method: np.asarray(line.get_ydata(), dtype=float) for method, line in lines.items()}
-    base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m != TUNED]
+    base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m in BASELINES]
     top = 1.15 * max(v for v in base if np.isfinite(v))
     ax.set_ylim(0, top)
     for method, y in ys.items():
@@ -117,10 +121,9 @@ def _y_range(ax, lines: dict, metric: str) -> None:
 
 
 def _panel(ax, runs, tuned, metric: str, x: str) -> None:
-    chosen = _tuned_mu(tuned, setting(runs[0][1]))
     lines = {}
     for method in LABELS:
-        selected = _method_runs(runs, method, chosen)
+        selected = _method_runs(runs, method, tuned)
         if not selected:
             continue
         mu = selected[0][1]["config"]["mu"]
@@ -168,12 +171,12 @@ def _setting_text(key: tuple, show: list) -> list[str]:
 figure1 = figure2 = figure3 = experiment_figure  # the paper's figures differ in their runs only
 
 
-def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, method: str = TUNED) -> None:
+def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods=TUNED) -> None:
     """The tuning criterion (mean training loss over the last rounds) against mu, one panel
-    per dataset, one line per setting; band: min-max over seeds; a star marks the chosen mu,
-    a cross at the top edge a diverged run."""
+    per dataset, one line per tuned method and setting; band: min-max over seeds; a star marks
+    the chosen mu, a cross at the top edge a diverged run."""
     runs = load_runs(info_paths)
-    scores = tuning_scores(runs, method, fraction)
+    scores = tuning_scores(runs, methods, fraction)
     first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
     datasets = sorted(set(scores["dataset"]), key=lambda name: panel_order(first[name]))
     fig, axes = plt.subplots(1, len(datasets), figsize=(3.4 * len(datasets), 3.0), squeeze=False)
@@ -181,15 +184,18 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, method:
         data = scores[scores["dataset"] == name]
         finite = data.loc[np.isfinite(data["score"]), "score"]
         top = 2 * finite.max() if len(finite) else 10.0
-        for (k, e, rounds), group in data.groupby(["clients_per_round", "epochs", "rounds"]):
+        several = data.groupby(["clients_per_round", "epochs", "rounds"]).ngroups > 1
+        for (variant, k, e, rounds), group in data.groupby(["variant", "clients_per_round", "epochs", "rounds"]):
             stats = group.groupby("mu")["score"].agg(["mean", "min", "max"])
-            line = ax.plot(stats.index, stats["mean"].clip(upper=top), "o-", ms=3, label=f"K={k}, E={e}")[0]
+            label = LABELS[variant] + (f", K={k}, E={e}" if several else "")
+            color = COLORS[variant] if not several else None
+            line = ax.plot(stats.index, stats["mean"].clip(upper=top), "o-", ms=3, label=label, color=color)[0]
             ax.fill_between(stats.index, stats["min"].clip(upper=top), stats["max"].clip(upper=top),
                             color=line.get_color(), alpha=0.2, lw=0)
             dead = stats.index[~np.isfinite(stats["max"])]
             if len(dead):  # (an empty unclipped line would stretch the layout to the origin)
                 ax.plot(dead, [top] * len(dead), "x", color=line.get_color(), ms=8, clip_on=False)
-            chosen = _tuned_mu(tuned, (name, k, e, rounds))
+            chosen = _tuned_mu(tuned, (name, k, e, rounds), variant)
             if chosen is not None and chosen in stats.index:
                 ax.plot(chosen, stats.loc[chosen, "mean"], "*", color=line.get_color(), ms=13)
         grid = sorted(data["mu"].unique())

@@ -2,26 +2,36 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pandas as pd
 
-from .train import read_run
+from .methods import variant_of
+from .train import RunConfig, read_run
 
 SETTING_COLUMNS = ["dataset", "method", "mu", "clients_per_round", "epochs", "seed", "rounds", "lr",
-                   "batch_size", "selection", "second_subset"]
+                   "batch_size", "selection", "second_subset", "feddane_correction", "rng", "init"]
+# what a record written before a setting existed ran with: the setting's default
+DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
 RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",
                   "rounds_completed", "wall_seconds"]
 # A tuning group is every setting but the two being tuned over / averaged over.
 GROUP_COLUMNS = [c for c in SETTING_COLUMNS if c not in ("mu", "seed")]
 
 
+def run_settings(record: dict, columns=SETTING_COLUMNS) -> dict:
+    """A run's settings among `columns`; no init file reads as "" (a grouping key, never NaN)."""
+    settings = {c: record["config"].get(c, DEFAULTS.get(c)) for c in columns if c != "dataset"}
+    if "init" in settings:
+        settings["init"] = settings["init"] or ""
+    return {"dataset": record["dataset"]["name"], **settings} if "dataset" in columns else settings
+
+
 def _run_row(info_path) -> dict:
     _, record = read_run(info_path)
-    config = record["config"]
-    row = {c: config[c] for c in SETTING_COLUMNS if c in config}
-    row["dataset"] = record["dataset"]["name"]
+    row = run_settings(record)
     row.update({c: record["result"][c] for c in RESULT_COLUMNS})
     row["run"] = str(info_path)
     return row
@@ -42,25 +52,25 @@ def tail_loss(metrics: pd.DataFrame, rounds: int, fraction: float) -> float:
     return float(metrics.loc[metrics["round"] >= first, "train_loss"].mean())
 
 
-def tuning_scores(runs, method: str, fraction: float) -> pd.DataFrame:
-    """One row per run of `method` among `runs` ((metrics, record) pairs): its setting, mu,
-    seed and tail loss (the criterion)."""
-    rows = []
+def tuning_scores(runs, methods, fraction: float) -> pd.DataFrame:
+    """One row per run of `methods` (names as fedsim.methods.variant_of gives them) among `runs`
+    ((metrics, record) pairs): its variant, setting, mu, seed and tail loss (the criterion)."""
+    methods, rows = [methods] if isinstance(methods, str) else list(methods), []
     for metrics, record in runs:
         config = record["config"]
-        if config["method"] != method:
+        if variant_of(config) not in methods:
             continue
-        rows.append({**{c: config[c] for c in GROUP_COLUMNS if c in config},
-                     "dataset": record["dataset"]["name"], "mu": config["mu"], "seed": config["seed"],
-                     "score": tail_loss(metrics, config["rounds"], fraction)})
+        rows.append({"variant": variant_of(config), **run_settings(record, GROUP_COLUMNS), "mu": config["mu"],
+                     "seed": config["seed"], "score": tail_loss(metrics, config["rounds"], fraction)})
     if not rows:
-        raise ValueError(f"no runs of method {method!r} to tune")
+        raise ValueError(f"no runs of {', '.join(methods)} to tune")
     return pd.DataFrame(rows)
 
 
-def tune(info_paths, method: str, fraction: float) -> pd.DataFrame:
-    """For each setting of `method`, the mu whose runs reach the lowest tail loss (mean over seeds)."""
-    runs = tuning_scores(map(read_run, info_paths), method, fraction)
+def tune(info_paths, methods, fraction: float) -> pd.DataFrame:
+    """For each method of `methods` and each of its settings, the mu whose runs reach the lowest
+    tail loss (mean over seeds)."""
+    runs = tuning_scores(map(read_run, info_paths), methods, fraction)
     scores = runs.groupby([*GROUP_COLUMNS, "mu"], as_index=False)["score"].mean()
     criterion = f"lowest mean train_loss over the last {fraction:g} of rounds, mean over seeds; diverged = inf"
     table = []

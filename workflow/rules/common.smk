@@ -87,6 +87,16 @@ def config_error(path, problem):
 with open(SCHEMA_FILE) as _handle:
     SCHEMA = yaml.safe_load(_handle)
 METHODS = SCHEMA["definitions"]["method"]["enum"]
+# A workflow method is fedsim's method with FedDANE's correction term (fedsim.methods.feddane):
+# feddane_authors is FedDANE as the authors' code computed it. Their code never ran FedDANE on the
+# LSTM models, so feddane_authors runs on the MCLR datasets only.
+METHOD_RUNS = {"feddane_authors": ("feddane", "authors")}
+MCLR_ONLY_METHODS = ("feddane_authors",)
+
+
+def method_run(method):
+    """(fedsim method, feddane_correction) of a workflow method."""
+    return METHOD_RUNS.get(method, (method, "exact"))
 
 
 def validate_config(cfg):
@@ -104,6 +114,7 @@ def validate_config(cfg):
 
     for name, exp in cfg["experiments"].items():
         _validate_experiment(name, exp, cfg)
+    _validate_rng(cfg)
 
     for name in used_datasets(cfg):
         for source in dataset_sources(name, cfg):
@@ -111,17 +122,23 @@ def validate_config(cfg):
                 config_error(["sources", source], f"required by dataset {name} (kind {cfg['datasets'][name]['kind']})")
 
 
+def _validate_rng(cfg):
+    """The authors' draws select uniformly, and FedDANE's two subsets alike (fedsim.authors)."""
+    sim = cfg["simulator"]
+    if sim["rng"] != "authors":
+        return
+    if sim["selection"] != "uniform":
+        config_error(["simulator", "selection"], "must be uniform with rng: authors (their code's)")
+    runs_feddane = any(method_run(m)[0] == "feddane" for e in cfg["experiments"].values() for m in e["methods"])
+    if runs_feddane and sim["second_subset"] != "same":
+        config_error(["simulator", "second_subset"], "must be same with rng: authors (their FedDANE draws "
+                     "its second subset with the first one's seed)")
+
+
 def _validate_experiment(name, exp, cfg):
     where = ["experiments", name]
-    tuned = cfg["tuning"]["method"]
     if name == "tuning" or name.endswith("_test_acc"):
         config_error(where, "reserved name (tuning and *_test_acc are figure file names)")
-    if "figure" in exp and tuned not in exp["methods"]:
-        config_error(
-            where + ["methods"],
-            f"an experiment with a figure must run {tuned!r} (the figure shows it at its "
-            "tuned mu)",
-        )
     given = [key for key in ("clients_per_round", "clients_fraction") if key in exp]
     if len(given) != 1:
         problem = "give one of clients_per_round, clients_fraction"
@@ -144,8 +161,9 @@ def _validate_mu_from(name, exp, cfg):
     ref = cfg["experiments"].get(source)
     if ref is None or source == name or "mu_from" in ref:
         config_error(where, f"{source!r} is not another experiment that tunes mu itself")
-    if cfg["tuning"]["method"] not in ref["methods"]:
-        config_error(where, f"experiment {source} does not run {cfg['tuning']['method']}")
+    for method in set(exp["methods"]) & set(cfg["tuning"]["methods"]):
+        if method not in ref["methods"]:
+            config_error(where, f"experiment {source} does not run {method}")
     for dataset in exp["datasets"]:
         if dataset not in ref["datasets"]:
             config_error(where, f"experiment {source} does not run dataset {dataset}")
@@ -191,6 +209,7 @@ def n_devices(dataset, cfg=None):
     cfg = cfg or config
     if cfg["datasets"][dataset]["kind"] == "synthetic":
         return synthetic_settings(dataset, cfg)["devices"]
+    # LEAF and JSON datasets: the count the config declares (checked when the file is built)
     return cfg["datasets"][dataset].get("devices")
 
 
@@ -335,9 +354,9 @@ NOT_TRAIN_CODE = (
     "summary.py",
     "figures.py",
 )
-SUMMARY_CODE = ("summary.py",)
+SUMMARY_CODE = ("summary.py", "methods/__init__.py")  # the methods' names and labels
 LEAF_CODE = ("leaf/common.py", "leaf/leafjson.py", "data.py")
-FIGURE_CODE = ("figures.py", "summary.py")
+FIGURE_CODE = ("figures.py", "summary.py", "methods/__init__.py")
 
 
 def package_code(include=None, exclude=()):
@@ -360,7 +379,8 @@ def package_code(include=None, exclude=()):
 def train_code(method):
     """Code of one method's training runs: an edit of another method's file (methods/<name>.py)
     does not rerun them."""
-    others = tuple(f"methods/{m}.py" for m in METHODS if m != method)
+    base = method_run(method)[0]
+    others = tuple(f"methods/{m}.py" for m in {method_run(m)[0] for m in METHODS} if m != base)
     return package_code(exclude=NOT_TRAIN_CODE + others)
 
 
@@ -372,9 +392,13 @@ Run = namedtuple("Run", RUN_FIELDS)
 Setting = namedtuple("Setting", ("dataset", "K", "E", "T"))  # a run without method, mu, seed
 
 
+def tuned_methods():
+    return config["tuning"]["methods"]
+
+
 def tunes_mu(experiment):
-    """Whether an experiment runs the tuned method at every mu of its grid; if not, it runs
-    it at the mu tuned in its `mu_from` experiment (on the same dataset)."""
+    """Whether an experiment runs the tuned methods at every mu of its grid; if not, it runs
+    them at the mu tuned in its `mu_from` experiment (on the same dataset)."""
     return config["tuning"]["per_setting"] or "mu_from" not in config["experiments"][experiment]
 
 
@@ -398,25 +422,28 @@ def reference_setting(experiment, setting):
     return next(s for s in settings(source) if s.dataset == setting.dataset)
 
 
-def chosen_mu(tuned, setting):
-    """The mu chosen for `setting` in `tuned` (rows of tuned_mu.csv)."""
-    key = (setting.dataset, setting.K, setting.E, tag_rounds(setting.dataset, setting.T))
+def chosen_mu(tuned, method, setting):
+    """The mu chosen for `method` in `setting` in `tuned` (rows of tuned_mu.csv)."""
+    key = (*method_run(method), setting.dataset, setting.K, setting.E, tag_rounds(setting.dataset, setting.T))
     for row in tuned:
-        columns = ("clients_per_round", "epochs")
-        if (row["dataset"], *(fmt(float(row[c])) for c in columns), int(row["rounds"])) == key:
+        numbers = (fmt(float(row[c])) for c in ("clients_per_round", "epochs"))
+        if (row["method"], row["feddane_correction"], row["dataset"], *numbers, int(row["rounds"])) == key:
             return fmt(float(row["chosen_mu"]))
-    raise ValueError(f"{summary_path('tuned_mu.csv')} has no row for {setting}")
+    raise ValueError(f"{summary_path('tuned_mu.csv')} has no row for {method} in {setting}")
 
 
 def method_mus(method, setting, experiment, tuned=None, chosen_only=False):
-    """The mu values a method runs with in one setting of an experiment. The tuned method:
+    """The mu values a method runs with in one setting of an experiment. A tuned method:
     every mu of the grid where the experiment tunes it (unless `chosen_only`), else the
-    mu chosen in `tuned`, or none while `tuned` is not known."""
+    mu chosen in `tuned`, or none while `tuned` is not known. None at all where the method
+    does not apply (the authors' FedDANE on an LSTM dataset)."""
     exp = config["experiments"][experiment]
-    if method == config["tuning"]["method"]:
+    if method in MCLR_ONLY_METHODS and dataset_cfg(setting.dataset)["kind"] in LSTM_KINDS:
+        return []
+    if method in tuned_methods():
         if tunes_mu(experiment) and not chosen_only:
             return exp.get("mu_grid", config["tuning"]["mu_grid"])
-        return [] if tuned is None else [chosen_mu(tuned, reference_setting(experiment, setting))]
+        return [] if tuned is None else [chosen_mu(tuned, method, reference_setting(experiment, setting))]
     if method == "fedavg":
         return [0]
     if method == "fedprox":
@@ -443,10 +470,9 @@ def all_runs(tuned=None):
 
 
 def tuning_runs():
-    """The runs the tuned method's mu is chosen from: its grid runs where it is tuned."""
-    method = config["tuning"]["method"]
+    """The runs the tuned methods' mu is chosen from: their grid runs where they are tuned."""
     experiments = [name for name in config["experiments"] if tunes_mu(name)]
-    return sorted({r for name in experiments for r in experiment_runs(name) if r.method == method})
+    return sorted({r for name in experiments for r in experiment_runs(name) if r.method in tuned_methods()})
 
 
 def after_tuning():
@@ -525,7 +551,7 @@ def dataset_sources(dataset, cfg=None):
     entry = cfg["datasets"][dataset]
     if entry["kind"] == "femnist":
         return [] if "json" in entry else ["nist_by_class"]
-    return {"synthetic": [], "shakespeare": ["shakespeare"], "sent140": ["sent140", "glove"]}[entry["kind"]]
+    return {"synthetic": [], "json": [], "shakespeare": ["shakespeare"], "sent140": ["sent140", "glove"]}[entry["kind"]]
 
 
 def raw_file(source):
@@ -581,6 +607,38 @@ def leaf_args(dataset):
     args = [f"--{flags.get(k, k).replace('_', '-')} {fmt(entry[k])}" for k in keys]
     if "devices" in entry:
         args.append(f"--expect-devices {entry['devices']}")
+    return " ".join(args)
+
+
+def json_inputs(dataset):
+    """The train and test JSON files or folders of a dataset of kind json."""
+    entry = dataset_cfg(dataset)
+    return {"train": as_list(entry["train"]), "test": as_list(entry["test"])}
+
+
+def json_args(dataset):
+    """CLI arguments of `fedsim import-json` besides its inputs."""
+    entry = dataset_cfg(dataset)
+    args = [f"--order {entry['order']}"]
+    if "classes" in entry:
+        args.append(f"--classes {entry['classes']}")
+    if "devices" in entry:
+        args.append(f"--expect-devices {entry['devices']}")
+    return " ".join(args)
+
+
+def init_files(wildcards):
+    """The run's initial model file, where `simulator.init` names one ({seed}: the run's seed)."""
+    init = config["simulator"]["init"]
+    return [] if init is None else [init.replace("{seed}", wildcards.seed)]
+
+
+def run_args(wildcards):
+    """How a run is computed beyond its wildcards: the method as fedsim knows it, whose random
+    draws, the initial model."""
+    method, correction = method_run(wildcards.method)
+    args = [f"--method {method} --feddane-correction {correction} --rng {config['simulator']['rng']}"]
+    args += [f"--init {shlex.quote(path)}" for path in init_files(wildcards)]
     return " ".join(args)
 
 

@@ -24,3 +24,29 @@ rule generate_synthetic:
     shell:
         "python -m fedsim.warm generate-synthetic --name {wildcards.dataset} {params.args} "
         "--out {output} > {log} 2>&1"
+
+
+rule import_json:
+    """Import a dataset given as LEAF-format JSON (the authors' released data/ folders)."""
+    input:
+        unpack(lambda wildcards: json_inputs(wildcards.dataset)),
+        code=package_code(LEAF_CODE + ("leaf/shakespeare.py",)),  # leafjson reads its alphabet
+    output:
+        dataset_path(),
+    params:
+        args=lambda wildcards: json_args(wildcards.dataset),
+    wildcard_constraints:
+        dataset=alternatives(datasets_of_kind("json")),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=4096,
+        runtime=20,
+    log:
+        log_path("import_json", "{dataset}"),
+    benchmark:
+        benchmark_path("import_json", "{dataset}")
+    shell:
+        "python -m fedsim.warm import-json --name {wildcards.dataset} --train {input.train}"
+        " --test {input.test} {params.args} --out {output} > {log} 2>&1"

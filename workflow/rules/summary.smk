@@ -2,7 +2,7 @@
 
 
 checkpoint tune:
-    """Pick the tuned method's mu by its mean training loss over the last rounds, per setting.
+    """Pick each tuned method's mu by its mean training loss over the last rounds, per setting.
     A checkpoint: the runs of experiments with `mu_from` are known only once it has run."""
     input:
         runs=info_paths(tuning_runs()),
@@ -15,7 +15,7 @@ checkpoint tune:
             category="Tables",
         ),
     params:
-        method=config["tuning"]["method"],
+        methods=" ".join(config["tuning"]["methods"]),
         fraction=config["tuning"]["fraction"],
     conda:
         "../envs/fedsim.yaml"
@@ -28,7 +28,7 @@ checkpoint tune:
     benchmark:
         benchmark_path("tune", "tuned_mu")
     shell:
-        "python -m fedsim.warm tune --method {params.method} --fraction {params.fraction}"
+        "python -m fedsim.warm tune --methods {params.methods} --fraction {params.fraction}"
         " --out {output} {input.runs} > {log} 2>&1"
 
 

@@ -1,7 +1,8 @@
 # Training: one job per (dataset, method, mu, K, E, rounds tag, seed).
 # A job killed mid-run (walltime, lost node) continues from its checkpoint when rerun.
-# lr, batch size, the dataset's rounds, selection, second subset, device, eval_devices and load are params:
-# changing one of them reruns the runs it touches. Threads are not: a CPU run gives the same result
+# lr, batch size, the dataset's rounds, selection, second subset, the method's fedsim name and
+# correction term, rng, the init file's path, device, eval_devices and load are params (the init
+# file itself an input): changing one of them reruns the runs it touches. Threads are not: a CPU run gives the same result
 # whatever its thread count.
 
 
@@ -10,6 +11,7 @@ rule train:
     input:
         data=dataset_path(),
         code=lambda wildcards: train_code(wildcards.method),
+        init=init_files,
     output:
         metrics=metrics_path(),
         info=info_path(),
@@ -19,6 +21,7 @@ rule train:
         rounds=lambda wildcards: tag_rounds(wildcards.dataset, wildcards.T),
         selection=config["simulator"]["selection"],
         second_subset=config["simulator"]["second_subset"],
+        run_args=run_args,
         device=lambda wildcards: train_device(wildcards.dataset),
         eval_args=lambda wildcards: eval_args(wildcards.dataset),
         checkpoint=lambda w: checkpoint_path(w.dataset, w.method, w.mu, w.K, w.E, w.T, w.seed),
@@ -35,7 +38,7 @@ rule train:
         benchmark_path("train", run_stem())
     shell:
         "python -m fedsim.warm train --data {input.data}"
-        " --method {wildcards.method} --mu {wildcards.mu}"
+        " {params.run_args} --mu {wildcards.mu}"
         " --clients-per-round {wildcards.K} --epochs {wildcards.E}"
         " --batch-size {params.batch_size} --lr {params.lr} --rounds {params.rounds}"
         " --seed {wildcards.seed} --selection {params.selection}"

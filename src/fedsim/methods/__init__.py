@@ -13,7 +13,9 @@ A method module provides:
     server_update(ctx, local_models) -> params
 
 The engine (fedsim.engine) runs the local SGD for any LocalProblem, batched or per
-device; a new method is one short file and an entry in METHODS.
+device; a new method is one short file, an entry in METHODS and a label in LABELS. A
+method's run settings besides mu (FedDANE's `correction`) reach local_problem as keywords;
+VARIANTS names a method with such a setting (feddane_authors) for the workflow and figures.
 """
 
 from __future__ import annotations
@@ -59,6 +61,21 @@ def average_models(ctx: RoundContext, local_models: torch.Tensor) -> torch.Tenso
 from . import fedavg, feddane, fedprox  # noqa: E402  (modules use the names above)
 
 METHODS = {"fedavg": fedavg, "fedprox": fedprox, "feddane": feddane}
+
+
+# The methods as the workflow and the figures name them: a method, or a method with a setting
+# (FedDANE with the correction term the authors' code computed).
+VARIANTS = {"feddane_authors": ("feddane", {"feddane_correction": "authors"})}
+LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddane": "FedDANE",
+          "feddane_authors": "FedDANE, authors' code"}
+
+
+def variant_of(config: dict) -> str:
+    """The name of the method a run's config (run.json's `config`) ran, variants included."""
+    for name, (method, settings) in VARIANTS.items():
+        if config["method"] == method and all(config.get(k) == v for k, v in settings.items()):
+            return name
+    return config["method"]
 
 
 def get_method(name: str):
