@@ -504,3 +504,48 @@ def test_shared_engine_edit_reruns_every_training_run(tiny_run):
     # every run known before tuning (FedDANE's of Figures 2 and 3 follow once tuning reran)
     assert counts["train"] == len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2), out
     assert "generate_synthetic" not in counts
+
+
+# ---------------------------------------------------------------------------------------
+# The authors' protocol (config/authors.yaml) on their own files
+# ---------------------------------------------------------------------------------------
+
+FIDELITY = REPO.parent / "shared" / "fidelity"
+AUTHORS_ROUNDS = 20
+
+
+@needs_cli
+def test_authors_config_replays_their_runs(tmp_path):
+    """config/authors.yaml with their Synthetic IID files and seed-0 model: the workflow imports
+    the JSON, trains with their draws and their FedDANE, and its curves are theirs (first rounds;
+    tests/test_fidelity.py gives the tolerances)."""
+    if not (FIDELITY / "authors-runs-synthetic-iid.csv").is_file():
+        pytest.skip(f"{FIDELITY} absent: the authors' golden case lives in this workplace's shared folder")
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    for split in ("train", "test"):
+        folder = workdir / "resources" / "authors" / "synthetic_iid" / split
+        folder.mkdir(parents=True)
+        shutil.copy(FIDELITY / f"synthetic_iid-{split}.json.gz", folder)
+    shutil.copy(FIDELITY / "authors-init-seed0.npz", workdir / "resources" / "authors" / "init-seed0.npz")
+    one_panel = {"datasets": ["synthetic_iid"], "rounds": AUTHORS_ROUNDS, "mu_grid": [0.01, 1]}
+    few = {"datasets": ["synthetic_iid"], "methods": ["fedavg", "feddane_authors"]}
+    overlay = {"experiments": {"figure1": {**one_panel, "methods": ["fedavg", "fedprox", "feddane_authors"]},
+                               "figure2": {**few, "clients_per_round": 10, "rounds": AUTHORS_ROUNDS},
+                               "figure3": {**few, "rounds": 2}}}
+    (workdir / "overlay.yaml").write_text(yaml.safe_dump(overlay))
+    code, out = snakemake(workdir, "--cores", "2", "--configfile", "config/authors.yaml", "overlay.yaml")
+    assert code == 0, out
+    import pandas as pd
+    gold = pd.read_csv(FIDELITY / "authors-runs-synthetic-iid.csv")
+    runs = workdir / "results" / "authors" / "runs" / "synthetic_iid"
+    for folder, method, mu, tolerance in [("fedavg", "fedavg", 0, 1e-5), ("fedprox", "fedprox", 1, 1e-5),
+                                          ("feddane_authors", "feddane", 0.01, 1e-3),
+                                          ("feddane_authors", "feddane", 1, 1e-3)]:
+        ours = pd.read_csv(runs / folder / f"mu{mu:g}_K10_E20_T{AUTHORS_ROUNDS}_seed0" / "metrics.csv")
+        theirs = gold[(gold["method"] == method) & (gold["mu"] == mu)].set_index("round").loc[:AUTHORS_ROUNDS]
+        gap = (ours.set_index("round")["train_loss"] - theirs["train_loss"]).abs() / theirs["train_loss"]
+        assert len(gap.dropna()) == AUTHORS_ROUNDS + 1 and gap.max() < tolerance, (folder, mu, gap.max())
+    record = json.loads((runs / "feddane_authors" / f"mu1_K10_E20_T{AUTHORS_ROUNDS}_seed0" / "run.json").read_text())
+    assert record["config"]["rng"] == "authors" and record["config"]["second_subset"] == "same"
+    assert record["init"]["file"].endswith("init-seed0.npz")
+    assert (workdir / "results" / "authors" / "figures" / "figure1.png").stat().st_size > 0
