@@ -8,6 +8,12 @@ from snakemake.utils import min_version
 min_version("8.20")
 
 
+include: "workflow/rules/yaml_files.smk"
+
+
+check_yaml_syntax("config/config.yaml")
+
+
 configfile: "config/config.yaml"
 
 

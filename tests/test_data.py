@@ -49,8 +49,8 @@ def test_round_trip(tmp_path, chunk_rows):
                 np.testing.assert_array_equal(got.devices, list(want))
                 np.testing.assert_array_equal(got.sizes, getattr(ds, f"{split}_sizes")[list(want)])
                 assert got.offsets[0] == 0 and got.y.dtype == np.int64
-    with h5py.File(path) as f:
-        assert f["train/x"].chunks == (None if chunk_rows is None else (2, 3))
+    with h5py.File(path) as f:  # checksummed chunks: ~64 KiB, here the whole (14-row) array
+        assert f["train/x"].chunks == ((14, 3) if chunk_rows is None else (2, 3)) and f["train/x"].fletcher32
 
 
 def test_generic_rows(tmp_path):
@@ -142,20 +142,11 @@ def test_load_errors(tmp_path):
 
 
 def test_subset_reads_only_requested_devices(tmp_path, monkeypatch):
-    """Overwrite the other devices' rows on disk with 0xFF; the requested ones must still load intact,
-    and the row ranges actually read must be exactly the requested devices' (merged when adjacent)."""
+    """The row ranges actually read must be exactly the requested devices' (merged when adjacent)."""
     data, path = toy(sizes=(4, 3, 5, 2, 6, 3), test_sizes=(1,) * 6, d=7), tmp_path / "toy.h5"
     write(path, data)
-    wanted, others = [4, 1, 2], [0, 3, 5]
-    with h5py.File(path) as f:
-        where = {name: (f[name].id.get_offset(), f[name].dtype.itemsize * int(np.prod(f[name].shape[1:])))
-                 for name in ("train/x", "train/y")}
+    wanted = [4, 1, 2]
     o = data["train_offsets"]
-    with open(path, "r+b") as fh:
-        for start, row_bytes in where.values():
-            for k in others:
-                fh.seek(start + o[k] * row_bytes)
-                fh.write(b"\xff" * ((o[k + 1] - o[k]) * row_bytes))
 
     reads = []  # (dataset, rows) of every high-level h5py read
     for method, sel_arg in (("__getitem__", 0), ("read_direct", 1)):
@@ -174,5 +165,62 @@ def test_subset_reads_only_requested_devices(tmp_path, monkeypatch):
         x, y = rows(data, "train", wanted)
         np.testing.assert_array_equal(got.x, x)
         np.testing.assert_array_equal(got.y, y)
-        hit = ds.load("train", [3])  # proves the corruption is visible when a device is read
-        assert np.isnan(hit.x).all() and (hit.y == -1).all()
+
+
+def flip_byte(path, name, chunk=0):
+    """Flip one byte in the middle of a stored chunk of array `name`, behind HDF5's back."""
+    with h5py.File(path) as f:
+        info = f[name].id.get_chunk_info(chunk)
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset + info.size // 2)
+        byte = fh.read(1)
+        fh.seek(-1, 1)
+        fh.write(bytes([byte[0] ^ 0x10]))
+
+
+def test_a_flipped_byte_is_an_error_naming_the_file(tmp_path):
+    path = tmp_path / "toy.h5"
+    write(path, toy())
+    flip_byte(path, "train/x")
+    with FederatedDataset(path) as ds:  # opening reads the labels and offsets, not the features
+        ds.load("test")
+        with pytest.raises(ValueError, match="toy.h5: train data cannot be read back intact.*damaged"):
+            ds.load("train")
+    write(path, toy())
+    flip_byte(path, "test/y")
+    with pytest.raises(ValueError, match="toy.h5: not a readable fedsim dataset"):
+        FederatedDataset(path)
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda f: f["train/y"].__setitem__(0, 99), "train/y holds label 99, outside \\[0, 4\\)"),
+    (lambda f: f["test/y"].__setitem__(1, -1), "test/y holds label -1"),
+    (lambda f: f["train/offsets"].__setitem__(2, 1), "train/offsets must start at 0 and never decrease"),
+    (lambda f: f["train/offsets"].__setitem__(-1, 99), "train/offsets end at 99, but train/x has 14 rows"),
+    (lambda f: f["test/offsets"].__setitem__(0, 1), "test/offsets must start at 0"),
+    (lambda f: f.attrs.__setitem__("num_classes", 0), "num_classes is 0"),
+    (lambda f: f.__delitem__("test/x"), "not a readable fedsim dataset"),
+])
+def test_an_inconsistent_file_fails_at_open_naming_it(tmp_path, damage, message):
+    path = tmp_path / "toy.h5"
+    write(path, toy())
+    with h5py.File(path, "r+") as f:
+        damage(f)
+    with pytest.raises(ValueError, match=f"toy.h5: {message}"):
+        FederatedDataset(path)
+
+
+def test_format_1_files_without_checksums_still_open(tmp_path):
+    path = tmp_path / "old.h5"
+    data = toy()
+    write(path, data)
+    with h5py.File(path, "r") as f, h5py.File(tmp_path / "v1.h5", "w") as g:
+        for key, value in f.attrs.items():
+            g.attrs[key] = value
+        g.attrs["format_version"] = 1
+        f.copy("clients", g)
+        for split in ("train", "test"):
+            for name in ("x", "y", "offsets"):
+                g.create_dataset(f"{split}/{name}", data=f[f"{split}/{name}"][:])  # contiguous, unchecked
+    with FederatedDataset(tmp_path / "v1.h5") as ds:
+        np.testing.assert_array_equal(ds.load("train").y, data["train_y"])

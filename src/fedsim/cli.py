@@ -28,6 +28,32 @@ import sys
 from .atomic import write_csv
 
 
+def _number(cast, ok, what):
+    """An argparse type: `cast` the text, refuse (one line, exit 2) what `ok` rejects."""
+    def parse(text):
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+        return value
+    parse.__name__ = what  # argparse names the type in some messages
+    return parse
+
+
+def _is_finite(value: float) -> bool:
+    return value == value and abs(value) != float("inf")
+
+
+COUNT = _number(int, lambda v: v >= 1, "an integer >= 1")
+INDEX = _number(int, lambda v: v >= 0, "an integer >= 0")
+NON_NEGATIVE = _number(float, lambda v: _is_finite(v) and v >= 0, "a finite number >= 0")
+POSITIVE = _number(float, lambda v: _is_finite(v) and v > 0, "a finite number > 0")
+SHARE = _number(float, lambda v: _is_finite(v) and 0 < v <= 1, "a fraction in (0, 1]")
+SHARE_OR_ALL = _number(float, lambda v: _is_finite(v) and 0 <= v <= 1, "a fraction in [0, 1] (0: all)")
+
+
 def _generate_synthetic(args) -> None:
     from .synthetic import write_synthetic
 
@@ -167,14 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate-synthetic", help="write a Synthetic(alpha, beta) dataset as HDF5")
     p.add_argument("--name", required=True)
-    p.add_argument("--alpha", type=float, default=0.0)
-    p.add_argument("--beta", type=float, default=0.0)
+    p.add_argument("--alpha", type=NON_NEGATIVE, default=0.0)
+    p.add_argument("--beta", type=NON_NEGATIVE, default=0.0)
     p.add_argument("--iid", action="store_true")
-    p.add_argument("--devices", type=int, default=30)
-    p.add_argument("--features", type=int, default=60)
-    p.add_argument("--classes", type=int, default=10)
-    p.add_argument("--train-fraction", type=float, default=0.9)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--devices", type=COUNT, default=30)
+    p.add_argument("--features", type=COUNT, default=60)
+    p.add_argument("--classes", type=COUNT, default=10)
+    p.add_argument("--train-fraction", type=SHARE, default=0.9)
+    p.add_argument("--seed", type=INDEX, default=0)
     p.add_argument("--out", required=True)
     p.set_defaults(func=_generate_synthetic)
 
@@ -187,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-verify", action="store_true", help="check no checksum (the digests are printed)")
     p.add_argument("--mirror", help="folder holding the file under its source name (no network)")
     p.add_argument("--path", help="a local copy of the file (no network)")
-    p.add_argument("--retries", type=int, default=4)
+    p.add_argument("--retries", type=INDEX, default=4)
     p.set_defaults(func=_fetch)
 
     def build_args(p, sampling=None):
@@ -195,12 +221,12 @@ def build_parser() -> argparse.ArgumentParser:
         for the commands that apply LEAF's niid sampling."""
         p.add_argument("--name", default=p.prog.split("-")[-1])
         if sampling is not None:
-            p.add_argument("--fraction", type=float, default=sampling[0],
+            p.add_argument("--fraction", type=SHARE_OR_ALL, default=sampling[0],
                            help="LEAF's niid sampling fraction (0: every user)")
-            p.add_argument("--min-samples", type=int, default=sampling[1], help="drop users with fewer samples")
-            p.add_argument("--train-fraction", type=float, default=0.8)
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--expect-devices", type=int,
+            p.add_argument("--min-samples", type=INDEX, default=sampling[1], help="drop users with fewer samples")
+            p.add_argument("--train-fraction", type=SHARE, default=0.8)
+        p.add_argument("--seed", type=INDEX, default=0)
+        p.add_argument("--expect-devices", type=COUNT,
                        help="the device count the config declares (a warning if the file has another)")
         p.add_argument("--out", required=True)
 
@@ -212,7 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prepare-sent140", help="LEAF's Sent140 from Sentiment140 and GloVe, as HDF5")
     p.add_argument("--raw", required=True, help="trainingandtestdata.zip (or one Sentiment140 CSV)")
     p.add_argument("--glove", required=True, help="glove.6B.zip (or a GloVe .txt)")
-    p.add_argument("--dim", type=int, default=300, help="GloVe vector length (the member glove.6B.<dim>d.txt)")
+    p.add_argument("--dim", type=COUNT, default=300, help="GloVe vector length (the member glove.6B.<dim>d.txt)")
     build_args(p, sampling=(0.3, 30))
     p.set_defaults(func=_prepare_sent140)
 
@@ -228,11 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--test", required=True, nargs="+", help="test JSON files or folders")
     p.add_argument("--kind", choices=["femnist", "shakespeare", "synthetic"],
                    help="how to read a sample (default: told from the first one)")
-    p.add_argument("--classes", type=int, help="number of classes (default: the kind's; synthetic: largest label + 1)")
+    p.add_argument("--classes", type=COUNT, help="number of classes (default: the kind's; synthetic: largest label + 1)")
     p.add_argument("--order", choices=["sorted", "file"], default="sorted",
                    help="device order: sorted user ids (LEAF's and the authors' read_data) or as the files list them")
     p.add_argument("--name", required=True)
-    p.add_argument("--expect-devices", type=int,
+    p.add_argument("--expect-devices", type=COUNT,
                    help="the device count the config declares (a warning if the file has another)")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_import_json)
@@ -245,13 +271,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="run one federated training and write its metrics")
     p.add_argument("--data", required=True, help="dataset HDF5 file")
     p.add_argument("--method", required=True, choices=["fedavg", "fedprox", "feddane"])
-    p.add_argument("--mu", type=float, default=0.0)
-    p.add_argument("--clients-per-round", type=int, default=10)
-    p.add_argument("--epochs", type=int, default=20)
-    p.add_argument("--batch-size", type=int, default=10)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--rounds", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--mu", type=NON_NEGATIVE, default=0.0)
+    p.add_argument("--clients-per-round", type=COUNT, default=10)
+    p.add_argument("--epochs", type=COUNT, default=20)
+    p.add_argument("--batch-size", type=COUNT, default=10,
+                   help="mini-batch size; a batch larger than a device's data is all of it (full-batch steps)")
+    p.add_argument("--lr", type=POSITIVE, default=0.01)
+    p.add_argument("--rounds", type=INDEX, default=200)
+    p.add_argument("--seed", type=INDEX, default=0)
     p.add_argument("--selection", choices=["uniform", "weighted"], default="uniform")
     p.add_argument("--second-subset", choices=["independent", "same"], default="independent")
     p.add_argument("--feddane-correction", choices=["exact", "authors"], default="exact",
@@ -262,15 +289,15 @@ def build_parser() -> argparse.ArgumentParser:
                                   "default: fedsim's seeded draw")
     p.add_argument("--engine", choices=["batched", "loop"], default="batched")
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--threads", type=COUNT, default=1)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     p.add_argument("--load", choices=["auto", "memory", "stream"], default="auto",
                    help="train split held in memory, or each round's devices read from the file "
                         "(auto: stream above 1 GiB)")
-    p.add_argument("--eval-devices", type=int, default=None,
+    p.add_argument("--eval-devices", type=COUNT, default=None,
                    help="compute the metrics on a seeded sample of this many devices (default: all)")
     p.add_argument("--checkpoint", help="state file to resume from after a kill (removed when the run completes)")
-    p.add_argument("--checkpoint-every", type=int, default=10, help="rounds between checkpoints")
+    p.add_argument("--checkpoint-every", type=COUNT, default=10, help="rounds between checkpoints")
     p.add_argument("--metrics", required=True, help="output: per-round metrics CSV")
     p.add_argument("--info", required=True, help="output: the run's record (JSON)")
     p.set_defaults(func=_train)
@@ -283,7 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     tuned = ["feddane", "feddane_authors"]
     p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")
     p.add_argument("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)")
-    p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--fraction", type=SHARE, default=0.1)
     p.add_argument("--out", required=True)
     p.add_argument("runs", nargs="+")
     p.set_defaults(func=_tune)
@@ -304,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tuning-figure", help="FedDANE's tail training loss against mu, per dataset")
     p.add_argument("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)")
     p.add_argument("--methods", nargs="+", default=tuned, help="the tuned methods to show (those with runs)")
-    p.add_argument("--fraction", type=float, default=0.1)
+    p.add_argument("--fraction", type=SHARE, default=0.1)
     p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
     p.add_argument("runs", nargs="+")
     p.set_defaults(func=_tuning_figure)

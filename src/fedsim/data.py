@@ -1,14 +1,18 @@
 """Per-dataset HDF5 files: one file holds every device's train and test rows.
 
-Layout (FORMAT_VERSION 1):
+Layout (FORMAT_VERSION 2; version 1 files, the same without checksums, still open):
     train/x, train/y, test/x, test/y   all devices' rows, device k owns rows offsets[k]:offsets[k+1]
     train/offsets, test/offsets        int64, num_devices + 1 entries, monotone, starting at 0
     clients                            device ids, variable-length UTF-8
     root attrs                         format_version, fedsim_version, name, kind, num_classes,
                                        provenance (JSON object: generator parameters, seed, source, ...)
 
-Files carry no timestamps, so the same inputs give byte-identical files. Datasets are contiguous by
-default, which lets a reader fetch one device's rows with a single read and nothing else.
+Files carry no timestamps, so the same inputs give byte-identical files. Every array is stored in
+chunks of about 64 KiB with HDF5's Fletcher-32 checksum, so a flipped byte on disk is an error naming
+the file, not silently different data (the cost: benchmarks/checksums.py, README "Data format").
+Opening a file checks what is cheap to check: the format version, offsets that start at 0, never
+decrease and end at the arrays' lengths, consistent shapes, labels within [0, num_classes) (read in
+blocks, so large files stay cheap); a bad file fails with one line naming it.
 """
 
 import json
@@ -22,8 +26,11 @@ import numpy as np
 
 from . import __version__
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # 1: no checksums
 SPLITS = ("train", "test")
+CHUNK_BYTES = 1 << 16  # checksummed chunks: small, as a device's rows are read alone
+LABEL_BLOCK = 1 << 22  # labels checked this many at a time
 UNION_READ_RUNS = 32  # above this many runs of devices, read their union at once (h5py: ~0.2 ms per read)
 
 
@@ -54,11 +61,14 @@ def _group(f, name):
 
 
 def _create_split(group, n, feature_shape, x_dtype, chunk_rows):
-    def chunks(*row_shape):
+    def chunks(dtype, *row_shape):
         # HDF5 chunks must be non-empty and may not exceed the (fixed) dataset extent
-        return None if chunk_rows is None else (max(1, min(chunk_rows, n)), *row_shape)
-    x = group.create_dataset("x", (n, *feature_shape), x_dtype, chunks=chunks(*feature_shape), track_times=False)
-    y = group.create_dataset("y", (n,), np.int64, chunks=chunks(), track_times=False)
+        rows = chunk_rows or CHUNK_BYTES // (np.dtype(dtype).itemsize * int(np.prod(row_shape, dtype=np.int64)))
+        return (max(1, min(rows, n)), *row_shape)
+    checked = dict(fletcher32=n > 0, track_times=False)  # HDF5 cannot chunk an empty array
+    x = group.create_dataset("x", (n, *feature_shape), x_dtype, chunks=chunks(x_dtype, *feature_shape) if n else None,
+                             **checked)
+    y = group.create_dataset("y", (n,), np.int64, chunks=chunks(np.int64) if n else None, **checked)
     return x, y
 
 
@@ -86,6 +96,7 @@ def write_dataset_stream(path, *, name, kind, num_classes, clients, train_offset
     provenance = json.dumps(provenance, sort_keys=True, default=_json_default)
 
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)  # as every other output of the package
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
         with h5py.File(tmp, "x") as f:
@@ -166,19 +177,48 @@ class FederatedDataset:
         self._f = h5py.File(self.path, "r")
         try:
             version = self._f.attrs.get("format_version")
-            if version != FORMAT_VERSION:
-                raise ValueError(f"{self.path}: unsupported format_version {version!r} (fedsim reads {FORMAT_VERSION})")
+            if version not in READABLE_VERSIONS:
+                raise ValueError(f"{self.path}: unsupported format_version {version!r} (fedsim reads "
+                                 f"{', '.join(map(str, READABLE_VERSIONS))})")
             self.attrs = {k: v.item() if isinstance(v, np.generic) else v for k, v in self._f.attrs.items()}
             self.attrs["provenance"] = json.loads(self.attrs.get("provenance", "{}"))
             self.name, self.kind, self.num_classes = self.attrs["name"], self.attrs["kind"], self.attrs["num_classes"]
             self.clients = self._f["clients"].asstr()[:].tolist()
             self._offsets = {s: self._f[f"{s}/offsets"][:] for s in SPLITS}
             self.feature_shape = self._f["train/x"].shape[1:]
+            self._check()
+        except (KeyError, OSError) as err:  # a missing array or attribute, an unreadable block
+            self._f.close()
+            raise ValueError(f"{self.path}: not a readable fedsim dataset ({err})") from None
         except Exception:
             self._f.close()
             raise
         self.num_devices = len(self.clients)
         self.train_sizes, self.test_sizes = (np.diff(self._offsets[s]) for s in SPLITS)
+
+    def _check(self) -> None:
+        """Raise ValueError naming the file and the first inconsistency found (cheap checks only)."""
+        devices = len(self.clients)
+        if not (isinstance(self.num_classes, (int, np.integer)) and self.num_classes >= 1):
+            raise ValueError(f"{self.path}: num_classes is {self.num_classes!r}, expected an integer >= 1")
+        for split in SPLITS:
+            offsets, x, y = self._offsets[split], self._f[f"{split}/x"], self._f[f"{split}/y"]
+            where = f"{self.path}: {split}/offsets"
+            if offsets.ndim != 1 or len(offsets) != devices + 1 or offsets.dtype.kind not in "iu":
+                raise ValueError(f"{where} must hold {devices + 1} integers (one more than the devices), "
+                                 f"has {offsets.dtype} {offsets.shape}")
+            if offsets[0] != 0 or np.any(np.diff(offsets) < 0):
+                raise ValueError(f"{where} must start at 0 and never decrease")
+            if offsets[-1] != len(x) or len(x) != len(y):
+                raise ValueError(f"{where} end at {offsets[-1]}, but {split}/x has {len(x)} rows and "
+                                 f"{split}/y {len(y)}")
+            if x.shape[1:] != self.feature_shape:
+                raise ValueError(f"{self.path}: {split}/x rows have shape {x.shape[1:]}, train/x {self.feature_shape}")
+            for start in range(0, len(y), LABEL_BLOCK):
+                block = y[start:start + LABEL_BLOCK]
+                if block.min() < 0 or block.max() >= self.num_classes:
+                    bad = int(block[(block < 0) | (block >= self.num_classes)][0])
+                    raise ValueError(f"{self.path}: {split}/y holds label {bad}, outside [0, {self.num_classes})")
 
     def load(self, split, devices=None):
         """Rows of `devices` (default: all) from `split`, reading nothing of the other devices."""
@@ -198,6 +238,15 @@ class FederatedDataset:
         out = np.concatenate([[0], np.cumsum(stops - starts)])
         xd, yd = self._f[f"{split}/x"], self._f[f"{split}/y"]
         x, y = np.empty((out[-1], *xd.shape[1:]), xd.dtype), np.empty(out[-1], yd.dtype)
+        try:
+            self._read(xd, yd, devices, starts, stops, out, x, y)
+        except OSError as err:  # HDF5's checksum (or another filter) failed on a block of the file
+            raise ValueError(f"{self.path}: {split} data cannot be read back intact ({err}); "
+                             "the file is damaged: rebuild it") from None
+        return DeviceData(x=x, y=y, offsets=out, devices=devices)
+
+    @staticmethod
+    def _read(xd, yd, devices, starts, stops, out, x, y) -> None:
         # a run of consecutive device indices is one contiguous slice on disk: read it at once
         edges = [0, *(np.flatnonzero(np.diff(devices) != 1) + 1), len(devices)] if len(devices) else []
         runs = list(zip(edges[:-1], edges[1:]))
@@ -212,7 +261,6 @@ class FederatedDataset:
             if hi > lo:
                 xd.read_direct(x, np.s_[lo:hi], np.s_[at:at + hi - lo])
                 yd.read_direct(y, np.s_[lo:hi], np.s_[at:at + hi - lo])
-        return DeviceData(x=x, y=y, offsets=out, devices=devices)
 
     def close(self):
         self._f.close()

@@ -108,6 +108,9 @@ class RunConfig:
                 raise ValueError(f"bad run setting {field}={getattr(self, field)!r}")
         if self.method == "fedavg" and self.mu != 0:
             raise ValueError(f"bad run setting mu={self.mu!r}: fedavg has no proximal term")
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"bad run setting device='cuda': torch {torch.__version__} sees no CUDA device "
+                             "(use cpu, or auto: a GPU where there is one)")
         if self.feddane_correction != "exact" and self.method != "feddane":
             raise ValueError(f"bad run setting feddane_correction={self.feddane_correction!r}: "
                              f"only feddane has a correction term (method {self.method})")
@@ -298,6 +301,9 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
     with torch_threads(1), FederatedDataset(config.data) as dataset:
         if config.selection == "uniform" and config.clients_per_round > dataset.num_devices:
             raise ValueError(f"clients_per_round={config.clients_per_round} exceeds the "
+                             f"{dataset.num_devices} devices")
+        if config.eval_devices is not None and config.eval_devices > dataset.num_devices:
+            raise ValueError(f"bad run setting eval_devices={config.eval_devices}: {config.data} has "
                              f"{dataset.num_devices} devices")
         data = RunData(config, dataset)
         rows, diverged_round, resumed = _train(config, data, on_round, checkpoint)

@@ -3,6 +3,7 @@
 
 import copy
 import csv
+import math
 import os
 import re
 import shlex
@@ -23,7 +24,9 @@ SCHEMA_FILE = Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"
 
 
 def _with_defaults(validator_class):
-    """A validator class that also fills in the schema's `default` values."""
+    """A validator class that also fills in the schema's `default` values, and whose integers
+    are ints only: 2.0 where an integer is meant is refused, so that 2.0 and 2 can never name
+    two runs (JSON Schema itself counts 2.0 as an integer)."""
     validate_properties = validator_class.VALIDATORS["properties"]
 
     def properties(validator, props, instance, schema):
@@ -33,7 +36,10 @@ def _with_defaults(validator_class):
                     instance[key] = copy.deepcopy(subschema["default"])
         yield from validate_properties(validator, props, instance, schema)
 
-    return jsonschema.validators.extend(validator_class, {"properties": properties})
+    types = validator_class.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool)
+    )
+    return jsonschema.validators.extend(validator_class, {"properties": properties}, type_checker=types)
 
 
 def _key_path(parts):
@@ -99,12 +105,51 @@ def method_run(method):
     return METHOD_RUNS.get(method, (method, "exact"))
 
 
+def _duplicate_keys(node, path=()):
+    """(key path, line) of every key repeated in one YAML mapping under `node`."""
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key, value in node.value:
+            if key.value in seen:
+                yield [*path, key.value], key.start_mark.line + 1
+            seen.add(key.value)
+            yield from _duplicate_keys(value, (*path, key.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _duplicate_keys(item, (*path, i))
+
+
+def check_duplicate_keys(files):
+    """YAML keeps the last of two equal keys in a mapping, silently: refuse them instead."""
+    for name in files:
+        with open(name) as handle:
+            node = yaml.compose(handle, Loader=yaml.SafeLoader)
+        for path, line in _duplicate_keys(node):
+            config_error(path, f"duplicate key in {name}, line {line} (YAML would keep only the last)")
+
+
+def _non_finite(value, path=()):
+    """The key path of the first NaN or infinite number in `value`, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return list(path)
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        found = _non_finite(child, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
 def validate_config(cfg):
-    """Fill defaults, check `cfg` against the schema, then check cross-references."""
+    """Fill defaults, check `cfg` against the schema, then check cross-references and sizes."""
+    bad = _non_finite(cfg)
+    if bad is not None:
+        config_error(bad, f"{_value_at(cfg, bad)} is not a finite number")
     validator = _with_defaults(jsonschema.Draft7Validator)(SCHEMA)
     error = jsonschema.exceptions.best_match(validator.iter_errors(cfg))
     if error is not None:
         config_error(*_explain(error))
+    _validate_results_dir(cfg)
 
     for name, entry in cfg["datasets"].items():
         if entry["kind"] == "synthetic" and entry["iid"]:
@@ -120,6 +165,59 @@ def validate_config(cfg):
         for source in dataset_sources(name, cfg):
             if source not in cfg["sources"]:
                 config_error(["sources", source], f"required by dataset {name} (kind {cfg['datasets'][name]['kind']})")
+        devices, sample = n_devices(name, cfg), cfg["datasets"][name].get("eval_devices")
+        if devices is not None and sample is not None and sample > devices:
+            config_error(["datasets", name, "eval_devices"], f"{sample} is more than the dataset's {devices} devices")
+    if not cfg["allow_large"]:
+        _validate_sizes(cfg)
+
+
+def _value_at(cfg, path):
+    for key in path:
+        cfg = cfg[key]
+    return cfg
+
+
+def _validate_results_dir(cfg):
+    """A results folder that is a filesystem root or the project itself would mix or bury it."""
+    folder = Path(cfg["results_dir"]).resolve()
+    for forbidden, what in ((Path(folder.anchor), "a filesystem root"), (Path(workflow.basedir).resolve(),
+                            "the project folder"), (Path.cwd().resolve(), "the working directory")):
+        if folder == forbidden:
+            config_error(["results_dir"], f"{cfg['results_dir']!r} is {what}; name a folder below it")
+
+
+# Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
+MAX_ROUNDS = 100_000
+MAX_RUNS = 10_000
+MAX_DATASET_GB = 8.0
+SYNTHETIC_MEAN_SAMPLES = 453  # E[int(lognormal(4, 2))] + 50 = e^6 + 50: FedProx's device sizes
+
+
+def _validate_sizes(cfg):
+    """Refuse plans that would run for days or fill the disk, saying how big they are."""
+    hint = "set allow_large: true to run it anyway"
+    for name in used_datasets(cfg):
+        entry = cfg["datasets"][name]
+        if entry["rounds"] > MAX_ROUNDS:
+            config_error(["datasets", name, "rounds"], f"{entry['rounds']} is above the ceiling of {MAX_ROUNDS} ({hint})")
+        if entry["kind"] == "synthetic":
+            settings = synthetic_settings(name, cfg)
+            gigabytes = settings["devices"] * SYNTHETIC_MEAN_SAMPLES * (settings["features"] + 1) * 4 / 1e9
+            if gigabytes > MAX_DATASET_GB:
+                key = ["datasets", name, "devices"] if "devices" in entry else ["synthetic", "devices"]
+                config_error(key, f"{settings['devices']} devices would make a dataset of about "
+                             f"{gigabytes:,.0f} GB (above the ceiling of {MAX_DATASET_GB:g} GB; {hint})")
+    runs = 0
+    for name, exp in cfg["experiments"].items():
+        if exp.get("rounds", 0) > MAX_ROUNDS:
+            config_error(["experiments", name, "rounds"], f"{exp['rounds']} is above the ceiling of {MAX_ROUNDS} ({hint})")
+        grid = len(exp.get("mu_grid", cfg["tuning"]["mu_grid"]))
+        per_setting = len(exp["methods"]) * grid * len(exp.get("seeds", cfg["seeds"]))
+        runs += per_setting * len(exp["datasets"]) * len(as_list(exp.get("clients_per_round", 1))) \
+            * len(as_list(exp["epochs"]))
+    if runs > MAX_RUNS:
+        config_error(["experiments"], f"up to {runs:,} training runs are above the ceiling of {MAX_RUNS:,} ({hint})")
 
 
 def _validate_rng(cfg):
@@ -701,6 +799,7 @@ def metrics_of(runs):
 # Validate now (before any rule is defined) and constrain the wildcards.
 # ---------------------------------------------------------------------------------------
 
+check_duplicate_keys(workflow.configfiles)
 validate_config(config)
 # Jobs call fedsim through its warm launcher (fedsim.warm: one process imports torch once and
 # forks a child per job); FEDSIM_WARM=0, inherited by the jobs, makes every job a fresh process.

@@ -1,0 +1,186 @@
+"""Malformed configs, as a careless user writes them: each one stops Snakemake before any job,
+with exactly one line `Config error at <key path>: <problem>`.
+
+Each case edits the default config (as data, or as YAML text where the mistake only exists in
+text: duplicate keys) and writes it as the workflow's config/config.yaml.
+"""
+
+import math
+
+import pytest
+import yaml
+
+from test_workflow import REPO, copy_workflow, default_config, snakemake, write_config
+
+pytestmark = pytest.mark.workflow
+
+
+def at(path, value):
+    """An edit setting the key `path` (a dotted path; [i] for list items) to `value`."""
+    def edit(cfg):
+        keys = [int(k) if k.isdigit() else k for k in path.replace("[", ".").replace("]", "").split(".")]
+        for key in keys[:-1]:
+            cfg = cfg[key]
+        cfg[keys[-1]] = value
+    return edit
+
+
+def drop(path):
+    def edit(cfg):
+        keys = path.split(".")
+        for key in keys[:-1]:
+            cfg = cfg[key]
+        del cfg[keys[-1]]
+    return edit
+
+
+def both(*edits):
+    def edit(cfg):
+        for e in edits:
+            e(cfg)
+    return edit
+
+
+def text(transform):
+    """An edit of the YAML text itself."""
+    transform.on_text = True
+    return transform
+
+
+JSON_SET = {"kind": "json", "train": "their/train", "lr": 0.01, "batch_size": 10, "rounds": 200, "fedprox_mu": 1}
+INF, NAN = math.inf, math.nan
+
+CASES = [
+    # non-finite numbers
+    ("lr_inf", at("datasets.synthetic_iid.lr", INF), "datasets.synthetic_iid.lr", "inf is not a finite number"),
+    ("lr_nan", at("datasets.synthetic_iid.lr", NAN), "datasets.synthetic_iid.lr", "nan is not a finite number"),
+    ("alpha_nan", at("datasets.synthetic_0_0.alpha", NAN), "datasets.synthetic_0_0.alpha", "not a finite number"),
+    ("grid_inf", at("tuning.mu_grid[1]", INF), "tuning.mu_grid[1]", "not a finite number"),
+    ("fraction_nan", at("tuning.fraction", NAN), "tuning.fraction", "not a finite number"),
+    ("prox_minus_inf", at("datasets.synthetic_1_1.fedprox_mu", -INF), "datasets.synthetic_1_1.fedprox_mu", "-inf is not"),
+    ("share_nan", at("experiments.figure3.clients_fraction.default", NAN), "experiments.figure3.clients_fraction.default",
+     "not a finite number"),
+    # floats (and booleans) where an integer is meant: 2.0 and 2 must never name two runs
+    ("batch_2.5", at("datasets.synthetic_iid.batch_size", 2.5), "datasets.synthetic_iid.batch_size", "not of type 'integer'"),
+    ("rounds_1.5", at("datasets.synthetic_iid.rounds", 1.5), "datasets.synthetic_iid.rounds", "not of type 'integer'"),
+    ("rounds_2.0", at("datasets.synthetic_iid.rounds", 2.0), "datasets.synthetic_iid.rounds", "2.0 is not of type 'integer'"),
+    ("devices_30.5", at("synthetic.devices", 30.5), "synthetic.devices", "not of type 'integer'"),
+    ("epochs_2.0", at("experiments.figure1.epochs", 2.0), "experiments.figure1.epochs", "is not"),
+    ("seed_1.0", at("seeds", [0, 1.0]), "seeds[1]", "1.0 is not of type 'integer'"),
+    ("exp_seed_0.0", at("experiments.figure1.seeds", [0.0]), "experiments.figure1.seeds[0]", "not of type 'integer'"),
+    ("k_list_float", at("experiments.figure2.clients_per_round", [1, 5.0]), "experiments.figure2.clients_per_round[1]",
+     "is not"),
+    ("features_60.0", at("synthetic.features", 60.0), "synthetic.features", "not of type 'integer'"),
+    ("threads_1.0", at("simulator.threads", 1.0), "simulator.threads", "not of type 'integer'"),
+    ("eval_3.0", at("datasets.synthetic_iid.eval_devices", 3.0), "datasets.synthetic_iid.eval_devices", "not of type"),
+    ("rounds_true", at("datasets.synthetic_iid.rounds", True), "datasets.synthetic_iid.rounds", "True is not of type 'integer'"),
+    ("iid_text", at("datasets.synthetic_iid.iid", "yes"), "datasets.synthetic_iid.iid", "not of type 'boolean'"),
+    ("rounds_text", at("datasets.synthetic_iid.rounds", "200"), "datasets.synthetic_iid.rounds", "not of type 'integer'"),
+    ("lr_text", at("datasets.synthetic_iid.lr", "1e-2"), "datasets.synthetic_iid.lr", "YAML reads 1e-3 as text"),
+    # absurd sizes
+    ("rounds_1e9", at("datasets.synthetic_iid.rounds", 10**9), "datasets.synthetic_iid.rounds", "above the ceiling of 100000"),
+    ("devices_1e8", at("synthetic.devices", 10**8), "synthetic.devices", "would make a dataset of about 11,053 GB"),
+    ("dataset_devices_5e7", at("datasets.synthetic_0_0.devices", 5 * 10**7), "datasets.synthetic_0_0.devices", "GB"),
+    ("exp_rounds_1e6", at("experiments.figure1.rounds", 10**6), "experiments.figure1.rounds", "above the ceiling"),
+    ("seeds_300", at("seeds", list(range(300))), "experiments", "training runs are above the ceiling of 10,000"),
+    ("huge_seed", at("seeds", [10**30]), "seeds[0]", "greater than the maximum of 4294967295"),
+    ("negative_seed", at("seeds", [-1]), "seeds[0]", "less than the minimum of 0"),
+    # what a run could not do, or where it must not write
+    ("eval_too_many", at("datasets.synthetic_iid.eval_devices", 100), "datasets.synthetic_iid.eval_devices",
+     "100 is more than the dataset's 30 devices"),
+    ("no_experiments", at("experiments", {}), "experiments", "should be non-empty"),
+    ("results_root", at("results_dir", "/"), "results_dir", "'/' is a filesystem root"),
+    ("results_here", at("results_dir", "."), "results_dir", "is the project folder"),
+    ("results_here_slash", at("results_dir", "./"), "results_dir", "is the project folder"),
+    ("raw_dir_empty", at("raw_dir", ""), "raw_dir", "should be non-empty"),
+    # duplicate keys (YAML would silently keep the last)
+    ("dup_experiment", text(lambda t: t + "  figure1: {figure: figure1, datasets: [synthetic_iid], methods: [fedavg],"
+                                          " clients_per_round: 10, epochs: 1}\n"),
+     "experiments.figure1", "duplicate key in config/config.yaml, line"),
+    ("dup_top_level", text(lambda t: t + "seeds: [5]\n"), "seeds", "duplicate key"),
+    ("dup_flow_key", text(lambda t: t.replace("{kind: synthetic, iid: true,", "{kind: synthetic, iid: true, lr: 0.1,")),
+     "datasets.synthetic_iid.lr", "duplicate key"),
+    # enums and types
+    ("selection", at("simulator.selection", "random"), "simulator.selection", "'random' is not one of"),
+    ("second_subset", at("simulator.second_subset", "other"), "simulator.second_subset", "is not one of"),
+    ("rng", at("simulator.rng", "numpy"), "simulator.rng", "'numpy' is not one of"),
+    ("device", at("simulator.device", "tpu"), "simulator.device", "is not one of"),
+    ("init_number", at("simulator.init", 3), "simulator.init", "3 is not null or a path"),
+    ("warm_text", at("simulator.warm_start", "yes"), "simulator.warm_start", "not of type 'boolean'"),
+    ("tuned_fedavg", at("tuning.methods", ["fedavg"]), "tuning.methods[0]", "'fedavg' is not one of"),
+    ("tuned_none", at("tuning.methods", []), "tuning.methods", "should be non-empty"),
+    ("criterion", at("tuning.criterion", "best"), "tuning.criterion", "is not one of"),
+    ("per_setting_1", at("tuning.per_setting", 1), "tuning.per_setting", "not of type 'boolean'"),
+    ("x_axis", at("figures.x_axis", "time"), "figures.x_axis", "is not one of"),
+    ("allow_large_text", at("allow_large", "yes"), "allow_large", "not of type 'boolean'"),
+    ("kind", at("datasets.synthetic_iid.kind", "mnist"), "datasets.synthetic_iid.kind", "'mnist' is not one of"),
+    ("lr_zero", at("datasets.synthetic_iid.lr", 0), "datasets.synthetic_iid.lr", "less than or equal to the minimum"),
+    ("batch_zero", at("datasets.synthetic_iid.batch_size", 0), "datasets.synthetic_iid.batch_size", "less than the minimum"),
+    ("prox_negative", at("datasets.synthetic_iid.fedprox_mu", -1), "datasets.synthetic_iid.fedprox_mu", "less than the minimum"),
+    ("train_fraction_1", at("synthetic.train_fraction", 1.0), "synthetic.train_fraction", "greater than or equal to the maximum"),
+    ("one_class", at("synthetic.classes", 1), "synthetic.classes", "less than the minimum of 2"),
+    ("iid_alpha", at("datasets.synthetic_iid.alpha", 1), "datasets.synthetic_iid.alpha", "must be 0 when iid is true"),
+    ("bad_name", both(at("datasets.bad/name", dict(default_config()["datasets"]["synthetic_iid"]))), "datasets.bad/name",
+     "invalid name"),
+    ("figure9", at("experiments.figure1.figure", "figure9"), "experiments.figure1.figure", "'figure9' is not one of"),
+    ("no_datasets", at("experiments.figure1.datasets", []), "experiments.figure1.datasets", "should be non-empty"),
+    ("same_method_twice", at("experiments.figure1.methods", ["fedavg", "fedavg"]), "experiments.figure1.methods",
+     "non-unique"),
+    ("grid_negative", at("experiments.figure1.mu_grid", [-1]), "experiments.figure1.mu_grid[0]", "less than the minimum"),
+    ("k_zero", at("experiments.figure1.clients_per_round", 0), "experiments.figure1.clients_per_round", "0 is less than the minimum of 1"),
+    ("json_without_train", both(at("datasets.theirs", {k: v for k, v in JSON_SET.items() if k != "train"}),
+                                at("experiments.figure1.datasets", ["theirs"])), "datasets.theirs.train",
+     "required key is missing"),
+    ("json_order", both(at("datasets.theirs", {**JSON_SET, "test": "t", "order": "random"}),
+                        at("experiments.figure1.datasets", ["theirs"])), "datasets.theirs.order", "is not one of"),
+    ("md5_short", at("sources.glove.md5", "xyz"), "sources.glove.md5", "'xyz' does not match"),
+    ("mu_from_itself", at("experiments.figure2.mu_from", "figure2"), "experiments.figure2.mu_from",
+     "'figure2' is not another experiment"),
+    ("authors_rng_weighted", both(at("simulator.rng", "authors"), at("simulator.selection", "weighted"),
+                                  at("simulator.second_subset", "same")), "simulator.selection",
+     "must be uniform with rng: authors"),
+    ("authors_rng_independent", at("simulator.rng", "authors"), "simulator.second_subset", "must be same with rng: authors"),
+    ("mu_source_lacks_method", at("experiments.figure1.methods", ["fedavg", "fedprox", "feddane"]),
+     "experiments.figure2.mu_from", "experiment figure1 does not run feddane_authors"),
+    ("unknown_top_key", at("colour", "blue"), "colour", "unknown key"),
+    ("load", at("datasets.synthetic_iid.load", "disk"), "datasets.synthetic_iid.load", "'disk' is not one of"),
+]
+
+
+@pytest.mark.parametrize("edit, key_path, problem", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_config_is_one_line_before_any_job(tmp_path, edit, key_path, problem):
+    workdir = copy_workflow(tmp_path / "wf")
+    if getattr(edit, "on_text", False):
+        (workdir / "config" / "config.yaml").write_text(edit((REPO / "config" / "config.yaml").read_text()))
+    else:
+        cfg = default_config()
+        edit(cfg)
+        write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--cores", "1")
+    assert code != 0, out
+    errors = [line for line in out.splitlines() if "Config error" in line]
+    assert len(errors) == 1, out
+    assert errors[0].startswith(f"Config error at {key_path}: "), errors[0]
+    assert problem in errors[0], errors[0]
+    assert not (workdir / "results").exists() and not (workdir / "logs").exists()
+
+
+def test_there_are_at_least_60_cases():
+    assert len(CASES) >= 60 and len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("broken, problem", [
+    (lambda t: t + "seeds: [0\n", "expected ',' or ']'"),
+    (lambda t: t.replace("seeds: [0, 1]", "seeds:\n\t- 0"), "'\\t' that cannot start any token"),
+])
+def test_yaml_syntax_error_names_the_file_and_line(tmp_path, broken, problem):
+    """The workflow's own config file is checked before Snakemake reads it (a --configfile is
+    read by Snakemake first: its message names neither file nor line; README says so)."""
+    workdir = copy_workflow(tmp_path / "wf")
+    original = (REPO / "config" / "config.yaml").read_text()
+    (workdir / "config" / "config.yaml").write_text(broken(original))
+    code, out = snakemake(workdir, "--cores", "1")
+    errors = [line for line in out.splitlines() if "Config error" in line]
+    assert code != 0 and len(errors) == 1, out
+    assert errors[0].startswith("Config error in config/config.yaml, line ") and problem in errors[0], errors[0]
+    assert not (workdir / "results").exists()
