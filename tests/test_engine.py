@@ -61,3 +61,45 @@ def test_chunking_the_precomputation_changes_nothing(monkeypatch):
     monkeypatch.setattr(engine, "CHUNK_ROWS", 7)  # below one step of all devices: 1-step chunks
     chunked, _, _ = whole_round(torch.float32, devices, chunk_steps=2)
     assert torch.equal(whole, chunked)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 10, 200])
+@pytest.mark.parametrize("with_terms", [True, False])
+def test_kernel_equals_per_device_loop(batch_size, with_terms):
+    """The compiled kernel on whole rounds: ragged devices, mu and a correction term (or neither)."""
+    model, clients = tiny_clients(dtype=torch.float64)
+    params = tiny_params(model, dtype=torch.float64)
+    devices = np.array([4, 0, 3, 1, 5, 2])
+    correction = 0.05 * torch.randn(len(devices), *params.shape, generator=torch.Generator().manual_seed(3),
+                                    dtype=torch.float64)
+    problem = LocalProblem(mu=0.2, correction=correction) if with_terms else LocalProblem(mu=0.0, correction=None)
+    settings = SGDSettings(lr=0.05, epochs=5, batch_size=batch_size, seed=11)
+    kernel = engine.local_sgd_kernel(model, params, problem, clients, devices, settings, 4)
+    loop = local_sgd_loop(model, params, problem, clients, devices, settings, 4)
+    assert (kernel != params).any(dim=(1, 2)).all()
+    torch.testing.assert_close(kernel, loop, rtol=0, atol=1e-6)
+
+
+def test_float32_kernel_agrees_with_the_batched_engine_to_rounding():
+    model, clients = tiny_clients(dtype=torch.float32)
+    params = tiny_params(model, dtype=torch.float32)
+    devices = np.arange(len(SIZES))
+    problem = LocalProblem(mu=0.2, correction=None)
+    settings = SGDSettings(lr=0.05, epochs=5, batch_size=4, seed=11)
+    kernel = engine.local_sgd_kernel(model, params, problem, clients, devices, settings, 4)
+    batched = local_sgd_batched(model, params, problem, clients, devices, settings, 4)
+    assert kernel.dtype == torch.float32
+    torch.testing.assert_close(kernel, batched, rtol=1e-4, atol=1e-5)
+
+
+def test_auto_engine_is_the_kernel_for_mclr_on_the_cpu(monkeypatch):
+    calls = []
+    monkeypatch.setattr(engine, "local_sgd_kernel", lambda *a: calls.append("kernel"))
+    monkeypatch.setattr(engine, "local_sgd_batched", lambda *a, **k: calls.append("batched"))
+    model, clients = tiny_clients()
+    engine.local_sgd_auto(model, tiny_params(model), LocalProblem(0.0, None), clients, [0], None, 0)
+
+    class Stacked:
+        stacked_grads = None
+    engine.local_sgd_auto(Stacked(), tiny_params(model), LocalProblem(0.0, None), clients, [0], None, 0)
+    assert calls == ["kernel", "batched"]

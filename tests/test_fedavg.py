@@ -7,7 +7,7 @@ from fedsim.methods import fedavg
 from methods_common import device_arrays, hand_local_sgd, local_models
 
 
-@pytest.mark.parametrize("engine", ["batched", "loop"])
+@pytest.mark.parametrize("engine", ["kernel", "batched", "loop"])
 def test_local_steps_match_hand_computation(engine):
     model, clients, params, _, problem, models = local_models(fedavg, 0.0, [4, 2], engine=engine)
     assert problem.mu == 0 and problem.correction is None

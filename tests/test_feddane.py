@@ -7,7 +7,7 @@ from fedsim.methods import feddane, fedprox
 from methods_common import device_arrays, hand_local_sgd, local_models, numpy_grad
 
 
-@pytest.mark.parametrize("engine", ["batched", "loop"])
+@pytest.mark.parametrize("engine", ["kernel", "batched", "loop"])
 def test_local_steps_match_hand_computation(engine):
     gradient_devices, solvers = [0, 2, 4], [4, 1]
     model, clients, params, _, problem, models = local_models(feddane, 0.3, solvers, gradient_devices, engine=engine)
@@ -38,7 +38,7 @@ def test_same_subset_reuses_the_gradients():
     assert calls == [[1, 2]]
 
 
-@pytest.mark.parametrize("engine", ["batched", "loop"])
+@pytest.mark.parametrize("engine", ["kernel", "batched", "loop"])
 def test_authors_correction_matches_hand_computation(engine):
     """Their pggd.py: `_, gprev = client.get_grads()` keeps the bias gradient, and zip(g_t, gprev)
     subtracts its first entry from every kernel entry of g_t and its second from every bias entry."""

@@ -95,3 +95,12 @@ def test_summarise_keeps_every_seed(tmp_path):
     assert sorted(table.loc[table["method"] == "fedprox", "seed"]) == [0, 1, 2]
     diverged = table.loc[table["method"] == "feddane", "diverged_round"]
     assert diverged.iloc[0] == 1 and table["diverged_round"].isna().sum() == 3
+
+
+def test_runs_table_has_tail_means_beside_the_final_values(tmp_path):
+    table = summarise([fake_run(tmp_path, losses=[4, 3, 2, 1, 0.5]), fake_run(tmp_path, seed=1, losses=[4, 2, math.inf])],
+                      fraction=0.5)
+    ok, diverged = table.iloc[0], table.iloc[1]
+    assert ok["final_train_loss"] == 0.5 and ok["tail_train_loss"] == pytest.approx(0.75)
+    assert ok["tail_test_acc"] == pytest.approx(np.linspace(0.1, 0.8, 5)[3:].mean())
+    assert diverged["tail_train_loss"] == math.inf and math.isnan(diverged["tail_test_acc"])

@@ -161,7 +161,7 @@ def _train(args) -> None:
 def _summarise(args) -> None:
     from .summary import summarise
 
-    write_csv(args.out, summarise(args.runs))
+    write_csv(args.out, summarise(args.runs, args.fraction))
 
 
 def _tune(args) -> None:
@@ -287,7 +287,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="whose selection and mini-batch draws: fedsim's (seed, round, device) or the authors' code's")
     p.add_argument("--init", help="initial model, an .npz with kernel and bias ({seed}: the run's seed); "
                                   "default: fedsim's seeded draw")
-    p.add_argument("--engine", choices=["batched", "loop"], default="batched")
+    p.add_argument("--engine", choices=["auto", "kernel", "batched", "loop"], default="auto",
+                   help="auto: the compiled kernel for MCLR on the CPU, the batched torch engine otherwise")
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
     p.add_argument("--threads", type=COUNT, default=1)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
@@ -303,6 +304,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
 
     p = sub.add_parser("summarise", help="one row per run: runs.csv")
+    p.add_argument("--fraction", type=SHARE, default=0.1,
+                   help="the tail columns average this last fraction of each run's rounds")
     p.add_argument("--out", required=True)
     p.add_argument("runs", nargs="+", help="run.json files")
     p.set_defaults(func=_summarise)

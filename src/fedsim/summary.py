@@ -17,6 +17,9 @@ SETTING_COLUMNS = ["dataset", "method", "mu", "clients_per_round", "epochs", "se
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
 RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",
                   "rounds_completed", "wall_seconds"]
+# the curves oscillate: what a run reached is better read as a mean over its last rounds
+TAIL_COLUMNS = ["tail_train_loss", "tail_test_acc"]
+TAIL_FRACTION = 0.1  # the tuning criterion's default fraction of rounds
 # A tuning group is every setting but the two being tuned over / averaged over.
 GROUP_COLUMNS = [c for c in SETTING_COLUMNS if c not in ("mu", "seed")]
 
@@ -29,27 +32,39 @@ def run_settings(record: dict, columns=SETTING_COLUMNS) -> dict:
     return {"dataset": record["dataset"]["name"], **settings} if "dataset" in columns else settings
 
 
-def _run_row(info_path) -> dict:
-    _, record = read_run(info_path)
+def _run_row(info_path, fraction: float) -> dict:
+    metrics, record = read_run(info_path)
     row = run_settings(record)
     row.update({c: record["result"][c] for c in RESULT_COLUMNS})
+    rounds = record["config"]["rounds"]
+    row["tail_train_loss"] = tail_loss(metrics, rounds, fraction)
+    row["tail_test_acc"] = tail_mean(metrics, rounds, fraction, "test_acc")
     row["run"] = str(info_path)
     return row
 
 
-def summarise(info_paths) -> pd.DataFrame:
-    """One row per run; diverged_round stays empty for runs that did not diverge."""
-    frame = pd.DataFrame([_run_row(p) for p in info_paths], columns=[*SETTING_COLUMNS, *RESULT_COLUMNS, "run"])
+def summarise(info_paths, fraction: float = TAIL_FRACTION) -> pd.DataFrame:
+    """One row per run; diverged_round stays empty for runs that did not diverge; the tail columns
+    average the last `fraction` of rounds (the tuning criterion's rule)."""
+    rows = [_run_row(p, fraction) for p in info_paths]
+    frame = pd.DataFrame(rows, columns=[*SETTING_COLUMNS, *RESULT_COLUMNS, *TAIL_COLUMNS, "run"])
     frame["diverged_round"] = frame["diverged_round"].astype("Int64")
     return frame.sort_values(["dataset", "method", "mu", "clients_per_round", "epochs", "seed"], kind="stable")
 
 
-def tail_loss(metrics: pd.DataFrame, rounds: int, fraction: float) -> float:
-    """Mean training loss over the last `fraction` of the rounds; inf if the run diverged."""
+def tail_mean(metrics: pd.DataFrame, rounds: int, fraction: float, column: str) -> float:
+    """Mean of `column` over the last `fraction` of the rounds (at least the last); NaN if the run
+    stopped early (diverged)."""
     first = rounds - max(1, math.ceil(fraction * rounds)) + 1
     if not np.isfinite(metrics["train_loss"]).all() or metrics["round"].iloc[-1] < rounds:
-        return math.inf
-    return float(metrics.loc[metrics["round"] >= first, "train_loss"].mean())
+        return math.nan
+    return float(metrics.loc[metrics["round"] >= first, column].mean())
+
+
+def tail_loss(metrics: pd.DataFrame, rounds: int, fraction: float) -> float:
+    """Mean training loss over the last `fraction` of the rounds; inf if the run diverged."""
+    value = tail_mean(metrics, rounds, fraction, "train_loss")
+    return math.inf if math.isnan(value) else value
 
 
 def tuning_scores(runs, methods, fraction: float) -> pd.DataFrame:

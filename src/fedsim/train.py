@@ -72,7 +72,7 @@ class RunConfig:
     seed: int = 0
     selection: str = "uniform"
     second_subset: str = "independent"
-    engine: str = "batched"
+    engine: str = "auto"              # auto: the compiled kernel for MCLR on the CPU, else batched
     device: str = "cpu"
     threads: int = 1
     dtype: str = "float32"
@@ -175,6 +175,8 @@ def make_model(dataset: FederatedDataset, dtype: torch.dtype, device: torch.devi
 
 def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
     """Raise ValueError where the run's settings do not fit the dataset's model."""
+    if config.engine == "kernel" and (hasattr(model, "stacked_grads") or config.device != "cpu"):
+        raise ValueError("bad run setting engine='kernel': it runs MCLR models on the CPU (use auto or batched)")
     if config.feddane_correction == "authors" and not hasattr(model, "tensors"):
         raise ValueError("bad run setting feddane_correction='authors': defined for the MCLR models only "
                          "(the authors' FedDANE code never ran on the LSTM models)")

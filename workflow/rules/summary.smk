@@ -46,6 +46,8 @@ rule summarise:
             caption="../report/runs.rst",
             category="Tables",
         ),
+    params:
+        fraction=config["tuning"]["fraction"],
     conda:
         "../envs/fedsim.yaml"
     threads: 1
@@ -57,4 +59,4 @@ rule summarise:
     benchmark:
         benchmark_path("summarise", "runs")
     shell:
-        "python -m fedsim.warm summarise --out {output} {input.runs} > {log} 2>&1"
+        "python -m fedsim.warm summarise --fraction {params.fraction} --out {output} {input.runs} > {log} 2>&1"
