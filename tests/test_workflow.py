@@ -404,7 +404,7 @@ def test_tiny_real_run(tiny_run):
         assert (run / "metrics.csv").is_file() and (run / "run.json").is_file()
         authors = json.loads((results / "runs" / name / "feddane_authors" / "mu1_K3_E1_seed1" / "run.json").read_text())
         assert authors["config"]["feddane_correction"] == "authors" and authors["config"]["method"] == "feddane"
-    assert (tiny_run / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
+    assert (results / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
     assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K1_E1_seed0.tsv").is_file()
     # up to date afterwards
     code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")

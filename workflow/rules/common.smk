@@ -426,8 +426,15 @@ def benchmark_path(rule, stem):
     return results("benchmarks", rule, f"{stem}.tsv")
 
 
+SHARED_LOG_RULES = ("download",)  # their files (raw_dir) serve every results_dir
+
+
 def log_path(rule, stem):
-    return f"logs/{rule}/{stem}.log"
+    """<results_dir>/logs/<rule>/<stem>.log, beside the outputs it explains, so two configs with
+    their own results_dir never overwrite each other's logs; downloads log under logs/."""
+    if rule in SHARED_LOG_RULES:
+        return f"logs/{rule}/{stem}.log"
+    return results("logs", rule, f"{stem}.log")
 
 
 # ---------------------------------------------------------------------------------------
