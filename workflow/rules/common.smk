@@ -429,12 +429,12 @@ def benchmark_path(rule, stem):
 SHARED_LOG_RULES = ("download",)  # their files (raw_dir) serve every results_dir
 
 
-def log_path(rule, stem):
-    """<results_dir>/logs/<rule>/<stem>.log, beside the outputs it explains, so two configs with
-    their own results_dir never overwrite each other's logs; downloads log under logs/."""
-    if rule in SHARED_LOG_RULES:
-        return f"logs/{rule}/{stem}.log"
-    return results("logs", rule, f"{stem}.log")
+def log_path(rule_name, stem):
+    """<results_dir>/logs/<rule_name>/<stem>.log, beside the outputs it explains, so two configs
+    with their own results_dir never overwrite each other's logs; downloads log under logs/."""
+    if rule_name in SHARED_LOG_RULES:
+        return f"logs/{rule_name}/{stem}.log"
+    return results("logs", rule_name, f"{stem}.log")
 
 
 # ---------------------------------------------------------------------------------------
