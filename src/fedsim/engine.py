@@ -48,6 +48,7 @@ class Clients:
     y: torch.Tensor        # (rows + 1,)
     offsets: np.ndarray    # (held devices + 1,): the j-th held device owns rows offsets[j]:offsets[j+1]
     ids: np.ndarray | None = None  # dataset indices of the held devices, increasing; None: all, in order
+    kernel_x: np.ndarray | None = None  # x as the compiled kernel reads it (padded), made at its first use
 
     @classmethod
     def from_arrays(cls, x: torch.Tensor, y: torch.Tensor, offsets: np.ndarray, ids=None) -> "Clients":
@@ -210,7 +211,9 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     devices = np.asarray(devices, dtype=np.int64)
     rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
     correction = None if problem.correction is None else problem.correction.numpy()[order]
-    out = kernel.local_sgd(clients.x.numpy(), clients.y.numpy(), rows, first, steps, params.numpy(), correction,
+    if clients.kernel_x is None:  # padded once per Clients: every round reuses it
+        clients.kernel_x = kernel.padded(clients.x.numpy())
+    out = kernel.local_sgd(clients.kernel_x, clients.y.numpy(), rows, first, steps, params.numpy(), correction,
                            settings.lr, problem.mu)
     return torch.from_numpy(out[np.argsort(order)])
 
