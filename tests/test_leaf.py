@@ -426,12 +426,18 @@ def test_import_leaf_json_femnist_and_shakespeare(tmp_path):
     write_leaf_json(tmp_path / "f" / "train" / "all_data_10_train.json", {"u2": ([img(0.5)] * 3, [1, 2, 3])})
     write_leaf_json(tmp_path / "f" / "train" / "all_data_2_train.json.gz", {"u1": ([img(0.25)] * 2, [61, 0])}, gz=True)
     write_leaf_json(tmp_path / "f" / "test" / "t.json", {"u1": ([img(1.0)], [7]), "u3": ([img(0)], [9])})
-    prov = leafjson.import_leaf_json(tmp_path / "f" / "train", tmp_path / "f" / "test", tmp_path / "f.h5")
+    prov = leafjson.import_leaf_json(tmp_path / "f" / "train", tmp_path / "f" / "test", tmp_path / "f.h5",
+                                     test_only="keep")
     with FederatedDataset(tmp_path / "f.h5") as ds:
         assert ds.clients == ["u1", "u2", "u3"] and ds.kind == "femnist" and ds.num_classes == 62
         assert list(ds.train_sizes) == [2, 3, 0] and list(ds.test_sizes) == [1, 0, 1]
         assert ds.load("test", [0]).y.tolist() == [7] and ds.load("train", [0]).x[0, 0] == np.float32(0.25)
-    assert prov["source"] == "LEAF JSON"
+    assert prov["source"] == "LEAF JSON" and prov["test_only_devices"] == 1
+    # the default, as LEAF's and the authors' read_data: users without train data are no devices
+    prov = leafjson.import_leaf_json(tmp_path / "f" / "train", tmp_path / "f" / "test", tmp_path / "g.h5")
+    with FederatedDataset(tmp_path / "g.h5") as ds:
+        assert ds.clients == ["u1", "u2"] and list(ds.test_sizes) == [1, 0]
+    assert (prov["test_only_devices"], prov["test_only"]) == (1, "drop")
 
     x = ["a" * 79 + "b", "}\n !" * 20]
     write_leaf_json(tmp_path / "s" / "tr.json", {"P_R": (x, ["c", "z"])})
@@ -447,13 +453,19 @@ def test_import_leaf_json_femnist_and_shakespeare(tmp_path):
 def test_import_real_leaf_json(tmp_path):
     """One real LEAF FEMNIST sample (train + test folders) and LEAF's processed Sent140 test split."""
     src = need(FEMNIST_JSON) / "leaf-torch"
-    leafjson.import_leaf_json(src / "train", src / "test", tmp_path / "f.h5")
+    leafjson.import_leaf_json(src / "train", src / "test", tmp_path / "f.h5", test_only="keep")
     n = {s: sum(sum(d["num_samples"]) for _, d in leafjson.iter_leaf_files(src / s)) for s in ("train", "test")}
     st = stats.dataset_stats(tmp_path / "f.h5")
     assert (st["train_samples"], st["test_samples"]) == (n["train"], n["test"])
+    # dropped by default: the users LEAF's sample left without train files (many, in LEAF samples)
+    prov = leafjson.import_leaf_json(src / "train", src / "test", tmp_path / "d.h5")
+    train_users = {u for _, d in leafjson.iter_leaf_files(src / "train") for u in d["users"]}
+    test_users = {u for _, d in leafjson.iter_leaf_files(src / "test") for u in d["users"]}
+    assert prov["test_only_devices"] == len(test_users - train_users) > 0
+    assert stats.dataset_stats(tmp_path / "d.h5")["devices"] == len(train_users)
 
     glove = make_glove_zip(tmp_path / "glove.6B.zip", dims=(300,))
-    prov = leafjson.import_leaf_json([], need(SENT140_JSON), tmp_path / "s.h5", glove=glove)
+    prov = leafjson.import_leaf_json([], need(SENT140_JSON), tmp_path / "s.h5", glove=glove, test_only="keep")
     st = stats.dataset_stats(tmp_path / "s.h5")
     assert (st["devices"], st["samples"], st["train_samples"]) == (7086, 8692, 0)
     assert prov["vocab_size"] <= len(GLOVE_WORDS)

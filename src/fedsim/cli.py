@@ -126,11 +126,12 @@ def _import_json(args) -> None:
     from .leaf.leafjson import import_leaf_json
 
     prov = import_leaf_json(args.train, args.test, args.out, kind=args.kind, name=args.name,
-                            num_classes=args.classes, order=args.order)
+                            num_classes=args.classes, order=args.order, test_only=args.test_only)
     with FederatedDataset(args.out) as dataset:
         print(f"{args.name}: {dataset.num_devices} devices ({prov['user_order']} order), kind {dataset.kind}, "
               f"{int(dataset.train_sizes.sum())} train / {int(dataset.test_sizes.sum())} test samples, "
-              f"{dataset.num_classes} classes")
+              f"{dataset.num_classes} classes; {prov['test_only_devices']} users with test data only: "
+              f"{'kept' if args.test_only == 'keep' else 'dropped'}")
     _check_devices(args.out, args.expect_devices)
 
 
@@ -257,6 +258,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--classes", type=COUNT, help="number of classes (default: the kind's; synthetic: largest label + 1)")
     p.add_argument("--order", choices=["sorted", "file"], default="sorted",
                    help="device order: sorted user ids (LEAF's and the authors' read_data) or as the files list them")
+    p.add_argument("--test-only", choices=["drop", "keep"], default="drop",
+                   help="users with test data only: dropped (as LEAF's and the authors' read_data) or kept "
+                        "as devices without train rows")
     p.add_argument("--name", required=True)
     p.add_argument("--expect-devices", type=COUNT,
                    help="the device count the config declares (a warning if the file has another)")

@@ -724,7 +724,7 @@ def json_inputs(dataset):
 def json_args(dataset):
     """CLI arguments of `fedsim import-json` besides its inputs."""
     entry = dataset_cfg(dataset)
-    args = [f"--order {entry['order']}"]
+    args = [f"--order {entry['order']} --test-only {entry['test_only']}"]
     if "classes" in entry:
         args.append(f"--classes {entry['classes']}")
     if "devices" in entry:

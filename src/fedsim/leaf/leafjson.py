@@ -5,8 +5,10 @@ A LEAF file is {"users": [...], "num_samples": [...], "user_data": {user: {"x": 
 data/train and data/test. FedProx's released data (its synthetic sets, its FEMNIST) has the same layout.
 Devices are in sorted user-id order (`order="sorted"`, what LEAF's and the authors' read_data do, so
 device indices, and with them the authors' selection, match theirs), or in the order the train files
-list them (`order="file"`; files in natural order: all_data_2 before all_data_10); users found only in
-test follow.
+list them (`order="file"`; files in natural order: all_data_2 before all_data_10). Users found only in
+test (common in LEAF samples) are dropped (`test_only="drop"`, as LEAF's and the authors' read_data,
+which build clients from the train users) or kept after the others with no train rows (`"keep"`);
+the provenance records how many there were.
 
 x is converted per dataset kind:
 - femnist:     784 floats -> float32 (784,), labels as in LEAF (62 classes)
@@ -32,6 +34,7 @@ except ImportError:  # pragma: no cover
 
 KINDS = ("femnist", "shakespeare", "sent140", "synthetic")
 ORDERS = ("sorted", "file")
+TEST_ONLY = ("drop", "keep")
 
 
 def leaf_files(paths):
@@ -107,7 +110,7 @@ def _sent140_label(v):
 
 
 def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes=None, glove=None,
-                     glove_dim=300, max_words=25, order="sorted"):
+                     glove_dim=300, max_words=25, order="sorted", test_only="drop"):
     """Convert LEAF train/test JSON (files or folders) into one dataset file; returns its provenance.
 
     num_classes defaults to LEAF's (femnist 62, shakespeare 80, sent140 2; synthetic: the largest
@@ -115,9 +118,12 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
     """
     if order not in ORDERS:
         raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
+    if test_only not in TEST_ONLY:
+        raise ValueError(f"test_only: expected one of {TEST_ONLY}, got {test_only!r}")
     splits = [read_leaf_split(train), read_leaf_split(test)]
     in_train = sorted(splits[0]) if order == "sorted" else list(splits[0])
-    users = list(dict.fromkeys([*in_train, *splits[1]]))
+    only_test = [u for u in splits[1] if u not in splits[0]]
+    users = in_train + (only_test if test_only == "keep" else [])
     if not users:
         raise ValueError(f"no users in {train} / {test}")
     kind = kind or guess_kind(next(xs[0] for s in splits for xs, _ in s.values() if xs))
@@ -127,7 +133,7 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
     xs = [s.get(u, ([], []))[0] for u in users for s in splits]
     ys = [s.get(u, ([], []))[1] for u in users for s in splits]
     provenance = dict(generator="fedsim.leaf.leafjson", source="LEAF JSON", train=str(train), test=str(test),
-                      user_order=order)
+                      user_order=order, test_only_devices=len(only_test), test_only=test_only)
     extras = None
     if kind == "sent140":
         from .sent140 import embed_and_tokenize
