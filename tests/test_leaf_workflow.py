@@ -22,7 +22,7 @@ from test_workflow import REPO, copy_workflow, default_config, job_counts, snake
 
 pytestmark = pytest.mark.workflow
 
-SHARED = next((p for p in (REPO.parent / "shared" / "data", Path("/work/shared/data")) if p.is_dir()), None)
+SHARED = REPO.parent / "shared" / "data" if (REPO.parent / "shared" / "data").is_dir() else None
 needs_data = pytest.mark.skipif(
     SHARED is None or not (SHARED / "femnist").is_dir() or not (SHARED / "shakespeare").is_dir(),
     reason="shared LEAF raw data (../shared/data/{femnist,shakespeare}) not present",

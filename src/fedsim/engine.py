@@ -206,7 +206,7 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     """The round's local SGD for MCLR as one compiled call (fedsim.kernel), on the CPU."""
     from . import kernel
 
-    if hasattr(model, "stacked_grads") or params.device.type != "cpu":
+    if not kernel_fits(model, params):
         raise ValueError("the kernel engine runs MCLR models on the CPU (use batched)")
     devices = np.asarray(devices, dtype=np.int64)
     rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
@@ -220,9 +220,13 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
 
 def local_sgd_auto(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
     """The kernel for MCLR on the CPU, the batched engine otherwise."""
-    if hasattr(model, "stacked_grads") or params.device.type != "cpu":
-        return local_sgd_batched(model, params, problem, clients, devices, settings, round_)
-    return local_sgd_kernel(model, params, problem, clients, devices, settings, round_)
+    engine = local_sgd_kernel if kernel_fits(model, params) else local_sgd_batched
+    return engine(model, params, problem, clients, devices, settings, round_)
+
+
+def kernel_fits(model, params) -> bool:
+    """Whether the compiled kernel can train `model`: MCLR (no stacked_grads), on the CPU."""
+    return not hasattr(model, "stacked_grads") and params.device.type == "cpu"
 
 
 def _stacked_plans(clients: Clients, devices, settings, round_):
