@@ -11,7 +11,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 
