@@ -23,7 +23,7 @@ import pandas as pd
 import yaml
 
 from fedsim.leaf.leafjson import import_leaf_json
-from fedsim.methods import VARIANTS
+from fedsim.methods import resolve
 from fedsim.train import RunConfig, run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,10 +49,10 @@ def main(argv=None) -> int:
         print(f"{'method':<17}{'mu':>5}{'gap 1-20':>11}{'gap all':>11}{'tail ours':>11}{'tail theirs':>12}"
               f"{'acc gap':>9}{'s/run':>7}")
         for method, mu in CASES:
-            base, settings = VARIANTS.get(method, (method, {}))
-            config = RunConfig(data=data, method=base, mu=mu, rounds=args.rounds, selection=sim["selection"],
+            base = resolve(method)[0]
+            config = RunConfig(data=data, method=method, mu=mu, rounds=args.rounds, selection=sim["selection"],
                                second_subset=sim["second_subset"], rng=sim["rng"],
-                               init=str(args.fidelity / "authors-init-seed{seed}.npz"), **settings)
+                               init=str(args.fidelity / "authors-init-seed{seed}.npz"))
             started = time.perf_counter()
             metrics, _ = run(config)
             seconds = time.perf_counter() - started

@@ -37,11 +37,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fedsim.data import FederatedDataset  # noqa: E402
-from fedsim.engine import SGDSettings, batch_plan, local_sgd_batched, local_sgd_kernel, local_sgd_loop  # noqa: E402
-from fedsim.methods import RoundContext, get_method  # noqa: E402
+from fedsim.engine import (SGDSettings, batch_plan, local_sgd_batched, local_sgd_kernel, local_sgd_loop,  # noqa: E402
+                           local_steps)
+from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
 from fedsim.metrics import evaluate  # noqa: E402
 from fedsim.synthetic import write_synthetic  # noqa: E402
-from fedsim.train import SECOND_SUBSET_STREAM, SELECTION_STREAM, RunConfig, RunData, select_devices  # noqa: E402
+from fedsim.train import RunConfig, RunData, round_devices  # noqa: E402
 
 
 def best_of(repeats: int, fn) -> float:
@@ -81,7 +82,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--alpha", type=float, default=1.0)
     parser.add_argument("--beta", type=float, default=1.0)
-    parser.add_argument("--method", choices=["fedavg", "fedprox", "feddane"], default="fedavg")
+    parser.add_argument("--method", choices=list(REGISTRY), default="fedavg")
     parser.add_argument("--mu", type=float, default=0.0)
     parser.add_argument("--clients-per-round", type=int, default=10)
     parser.add_argument("--epochs", type=int, default=20)
@@ -108,17 +109,18 @@ def main() -> None:
         return n / n.sum()
 
     def round_context(t):
-        gradient_devices = select_devices(0, t, SELECTION_STREAM, k, sizes, "uniform")
-        solvers = select_devices(0, t, SECOND_SUBSET_STREAM, k, sizes, "uniform") \
-            if args.method == "feddane" else gradient_devices
+        gradient_devices, solvers = round_devices(config, method.gradients, t, sizes)
         return RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
                             device_grads=lambda devices: model.device_grads(params, *train.subset(devices)),
-                            weights=weights)
+                            weights=weights, model=model, mu=args.mu, options=config.options, lr=settings.lr,
+                            sizes=sizes, local_steps=lambda devices: local_steps(sizes[devices], settings))
 
     def training_round(engine, ctx):
         """What a run does between two evaluations: local problem, local SGD, server update."""
-        problem = method.local_problem(ctx, args.mu)
-        return method.server_update(ctx, engine(model, params, problem, train, ctx.solvers, settings, ctx.round))
+        state = method.init(params, len(sizes))  # a fresh state each round: the timing is the same
+        problem = method.local_problem(ctx, state)
+        return method.server_update(ctx, state, engine(model, params, problem, train, ctx.solvers, settings,
+                                                        ctx.round))[0]
 
     times = {"kernel": [], "engine": [], "loop": [], "oracle": [], "evaluation": []}
     if data.device.type == "cpu":

@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from fedsim.engine import ENGINES, SGDSettings
+from fedsim.engine import ENGINES, SGDSettings, local_steps
 from fedsim.methods import RoundContext
 
 from tiny import tiny_clients, tiny_params
@@ -28,7 +28,8 @@ def hand_local_sgd(w0, x, y, classes, epochs, mu=0.0, correction=0.0):
     return w
 
 
-def context(model, clients, params, solvers, gradient_devices=None, weighting="samples"):
+def context(model, clients, params, solvers, gradient_devices=None, weighting="samples", mu=0.0, options=None,
+            settings=None, round_=0):
     gradient_devices = solvers if gradient_devices is None else gradient_devices
 
     def device_grads(devices):
@@ -39,17 +40,23 @@ def context(model, clients, params, solvers, gradient_devices=None, weighting="s
         n = torch.as_tensor(clients.sizes[devices], dtype=params.dtype)
         return n / n.sum() if weighting == "samples" else torch.full_like(n, 1 / len(n))
 
-    return RoundContext(round=0, params=params, solvers=np.asarray(solvers), gradient_devices=np.asarray(gradient_devices),
-                        device_grads=device_grads, weights=weights, model=model)
+    settings = settings or SGDSettings(lr=LR, epochs=3, batch_size=1000, seed=0)
+    return RoundContext(round=round_, params=params, solvers=np.asarray(solvers),
+                        gradient_devices=np.asarray(gradient_devices), device_grads=device_grads, weights=weights,
+                        model=model, mu=mu, options=options or {}, lr=settings.lr, sizes=clients.sizes,
+                        local_steps=lambda devices: local_steps(clients.sizes[devices], settings))
 
 
 def local_models(method, mu, solvers, gradient_devices=None, epochs=3, engine="batched", **options):
-    """Run `method`'s local problem through an engine; return everything a test compares."""
+    """Run `method`'s (a module's METHOD's) local problem through an engine, from its initial state;
+    return everything a test compares."""
+    method = getattr(method, "METHOD", method)
     model, clients = tiny_clients()
     params = tiny_params(model)
-    ctx = context(model, clients, params, solvers, gradient_devices)
-    problem = method.local_problem(ctx, mu, **options)
     settings = SGDSettings(lr=LR, epochs=epochs, batch_size=1000, seed=0)  # one full batch per epoch
+    ctx = context(model, clients, params, solvers, gradient_devices, mu=mu, options=method.resolve(options),
+                  settings=settings)
+    problem = method.local_problem(ctx, method.init(params, len(clients.sizes)))
     models = ENGINES[engine](model, params, problem, clients, np.asarray(solvers), settings, 0)
     return model, clients, params, ctx, problem, models
 

@@ -22,7 +22,7 @@ def data(tmp_path_factory):
 
 
 def authors_config(data, **kw):
-    base = dict(data=data, method="feddane", mu=0.1, feddane_correction="authors", rng="authors",
+    base = dict(data=data, method="feddane_authors", mu=0.1, rng="authors",
                 second_subset="same", clients_per_round=4, epochs=3, batch_size=5, lr=0.05, rounds=5)
     return RunConfig(**{**base, **kw})
 
@@ -87,7 +87,8 @@ def test_init_file_is_the_round_0_model(data, tmp_path):
     loss = np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(part.y)), part.y])
     assert metrics["train_loss"].iloc[0] == pytest.approx(loss, rel=1e-5)
     assert record["init"]["file"].endswith("init-seed3.npz") and len(record["init"]["sha256"]) == 64
-    assert record["config"]["rng"] == "authors" and record["config"]["feddane_correction"] == "authors"
+    assert record["config"]["rng"] == "authors" and record["config"]["options"] == {"correction": "authors"}
+    assert record["config"]["method"] == "feddane"
 
 
 @pytest.mark.parametrize("arrays, message", [
@@ -101,11 +102,11 @@ def test_init_file_that_does_not_fit_is_refused_naming_it(data, tmp_path, arrays
 
 
 @pytest.mark.parametrize("settings, bad", [
-    (dict(method="fedavg", mu=0, rng="fedsim"), "feddane_correction"),
+    (dict(method="fedavg", mu=0, rng="fedsim", options={"correction": "authors"}), "'correction': fedavg takes none"),
     (dict(selection="weighted"), "selection"),
     (dict(second_subset="independent"), "second_subset"),
     (dict(rng="numpy"), "rng"),
-    (dict(feddane_correction="bias"), "feddane_correction"),
+    (dict(options={"correction": "bias"}), "correction='bias': expected one of exact, authors"),
     (dict(init="nowhere-{seed}.npz"), "init file not found: nowhere-0.npz"),
 ])
 def test_settings_that_contradict_the_authors_protocol_are_refused(data, settings, bad):

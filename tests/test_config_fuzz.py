@@ -16,11 +16,12 @@ pytestmark = pytest.mark.workflow
 
 
 def at(path, value):
-    """An edit setting the key `path` (a dotted path; [i] for list items) to `value`."""
+    """An edit setting the key `path` (a dotted path; [i] for list items) to `value` (missing
+    mappings on the way are made)."""
     def edit(cfg):
         keys = [int(k) if k.isdigit() else k for k in path.replace("[", ".").replace("]", "").split(".")]
         for key in keys[:-1]:
-            cfg = cfg[key]
+            cfg = cfg[key] if isinstance(key, int) else cfg.setdefault(key, {})
         cfg[keys[-1]] = value
     return edit
 
@@ -107,8 +108,12 @@ CASES = [
     ("device", at("simulator.device", "tpu"), "simulator.device", "is not one of"),
     ("init_number", at("simulator.init", 3), "simulator.init", "3 is not null or a path"),
     ("warm_text", at("simulator.warm_start", "yes"), "simulator.warm_start", "not of type 'boolean'"),
-    ("tuned_fedavg", at("tuning.methods", ["fedavg"]), "tuning.methods[0]", "'fedavg' is not one of"),
-    ("tuned_none", at("tuning.methods", []), "tuning.methods", "should be non-empty"),
+    ("tuning_methods", at("tuning.methods", ["fedavg"]), "tuning.methods", "unknown key"),
+    ("option_unknown_method", at("method_options.fedsgd", {"tau": 1.0}), "method_options.fedsgd", "unknown method"),
+    ("option_unknown", at("method_options.feddane", {"decay": 1.0}), "method_options.feddane.decay",
+     "bad method option 'decay': feddane takes correction"),
+    ("option_value", at("method_options.feddane", {"correction": "bias"}), "method_options.feddane.correction",
+     "expected one of exact, authors"),
     ("criterion", at("tuning.criterion", "best"), "tuning.criterion", "is not one of"),
     ("per_setting_1", at("tuning.per_setting", 1), "tuning.per_setting", "not of type 'boolean'"),
     ("x_axis", at("figures.x_axis", "time"), "figures.x_axis", "is not one of"),

@@ -3,6 +3,7 @@ import pytest
 import torch
 
 from fedsim.methods import fedavg
+from fedsim.train import RunConfig
 
 from methods_common import device_arrays, hand_local_sgd, local_models
 
@@ -21,9 +22,9 @@ def test_server_averages_with_sample_weights():
     _, clients, _, ctx, _, models = local_models(fedavg, 0.0, [4, 2])
     n = clients.sizes[[4, 2]].astype(float)
     expected = (n[0] * models[0] + n[1] * models[1]) / n.sum()
-    torch.testing.assert_close(fedavg.server_update(ctx, models), expected)
+    torch.testing.assert_close(fedavg.METHOD.server_update(ctx, {}, models)[0], expected)
 
 
 def test_rejects_a_proximal_term():
-    with pytest.raises(ValueError, match="mu"):
-        local_models(fedavg, 0.5, [1])
+    with pytest.raises(ValueError, match="mu=0.5: fedavg has no proximal term"):
+        RunConfig(data="unused.h5", method="fedavg", mu=0.5).validate()

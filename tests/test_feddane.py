@@ -34,7 +34,7 @@ def test_same_subset_reuses_the_gradients():
     calls = []
     model, clients, params, ctx, _, _ = local_models(feddane, 0.1, [1, 2], [1, 2])
     counting = type(ctx)(**{**ctx.__dict__, "device_grads": lambda d: calls.append(list(d)) or ctx.device_grads(d)})
-    feddane.local_problem(counting, 0.1)
+    feddane.local_problem(counting, {})
     assert calls == [[1, 2]]
 
 

@@ -24,7 +24,8 @@ def drawn(monkeypatch):
 
 
 def tuned_table(rows, method="feddane", correction="exact"):
-    return pd.DataFrame([{"dataset": d, "method": method, "feddane_correction": correction, "clients_per_round": k,
+    name = "feddane_authors" if correction == "authors" else method  # tuned_mu.csv names the variant
+    return pd.DataFrame([{"dataset": d, "method": name, "clients_per_round": k,
                           "epochs": e, "rounds": r, "chosen_mu": mu} for d, k, e, r, mu in rows])
 
 

@@ -147,6 +147,6 @@ def test_authors_feddane_correction_is_refused_on_the_lstms(tmp_path, kind):
     """The authors' FedDANE stops with a TypeError before its first round on these models (README):
     there is no behaviour of theirs to replay, so the run refuses at once, naming the setting."""
     data = write_leaf_like(tmp_path / f"{kind}.h5", kind)
-    config = RunConfig(data=data, method="feddane", mu=0.01, clients_per_round=2, feddane_correction="authors")
-    with pytest.raises(ValueError, match="feddane_correction='authors': defined for the MCLR models only"):
+    config = RunConfig(data=data, method="feddane_authors", mu=0.01, clients_per_round=2)
+    with pytest.raises(ValueError, match="method='feddane_authors'.*defined for the MCLR models only"):
         run(config)

@@ -41,7 +41,7 @@ import sys
 from pathlib import Path
 from fedsim.train import Checkpoint, RunConfig, run, write_run
 data, folder = sys.argv[1], Path(sys.argv[2])
-cfg = RunConfig(data=data, method="feddane", mu=0.1, clients_per_round=4, epochs=3, batch_size=5, lr=0.05,
+cfg = RunConfig(data=data, method="{method}", mu={mu}, clients_per_round=4, epochs=3, batch_size=5, lr=0.05,
                 rounds={rounds})
 checkpoint = Checkpoint(folder / "ckpt.pt", every=2)
 metrics, record = run(cfg, checkpoint=checkpoint)
@@ -51,19 +51,24 @@ print(record["result"]["resumed_from_round"])
 """
 
 
-def start_training(data, folder):
+def start_training(data, folder, method="feddane"):
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    script = TRAIN_SCRIPT.format(rounds=KILLED_ROUNDS)
+    script = TRAIN_SCRIPT.format(rounds=KILLED_ROUNDS, method=method, mu=MU[method])
     return subprocess.Popen([sys.executable, "-c", script, data, str(folder)], env=env,
                             stdout=subprocess.PIPE, text=True)
 
 
-def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path):
-    reference, _ = metrics_bytes(config(data, rounds=KILLED_ROUNDS), tmp_path)
+# FedDANE, and methods with state (SCAFFOLD's control variates, pipelined FedDANE's stale gradient)
+MU = {"feddane": 0.1, "scaffold": 0.0, "feddane_pipelined": 0.1}
+
+
+@pytest.mark.parametrize("method", MU)
+def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path, method):
+    reference, _ = metrics_bytes(config(data, rounds=KILLED_ROUNDS, method=method, mu=MU[method]), tmp_path)
 
     folder = tmp_path / "killed"
     folder.mkdir()
-    proc = start_training(data, folder)
+    proc = start_training(data, folder, method)
     deadline = time.monotonic() + 60
     while not (folder / "ckpt.pt").exists():  # let it get past a first checkpoint...
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
@@ -74,7 +79,7 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path):
     proc.wait()
     assert not (folder / "run.json").exists()
 
-    proc = start_training(data, folder)
+    proc = start_training(data, folder, method)
     resumed = proc.communicate(timeout=120)[0].strip()
     assert proc.returncode == 0
     assert resumed != "None" and int(resumed) >= 2  # it did continue, not start over
@@ -111,7 +116,7 @@ def test_checkpoint_of_other_settings_is_ignored(data, tmp_path):
 def test_authors_shuffle_state_survives_a_resume(data, tmp_path):
     """rng=authors: each device's count of local epochs is run state (its batches compound over
     them); a run resumed from a checkpoint ends bit-identical to one never interrupted."""
-    authors = dict(rng="authors", second_subset="same", feddane_correction="authors", epochs=2)
+    authors = dict(rng="authors", second_subset="same", options={"correction": "authors"}, epochs=2)
     reference, _ = metrics_bytes(config(data, **authors), tmp_path)
     checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7)
     run(config(data, **authors, rounds=ROUNDS - 1), checkpoint=checkpoint)  # leaves round 35 behind
@@ -127,3 +132,24 @@ def test_authors_shuffle_state_survives_a_resume(data, tmp_path):
     saved["state"]["epochs_done"].zero_()
     torch.save(saved, checkpoint.path)
     assert metrics_bytes(config(data, **authors), tmp_path / "y", checkpoint)[0] != reference
+
+
+@pytest.mark.parametrize("method, mu", [("scaffold", 0.0), ("feddane_pipelined", 0.1)])
+def test_method_state_survives_a_resume_and_matters(data, tmp_path, method, mu):
+    """A method's state is checkpointed with the model: resumed, the run ends bit-identical; resumed
+    with the state zeroed, it ends elsewhere (so the state is really what carries it)."""
+    cfg = config(data, method=method, mu=mu)
+    reference, _ = metrics_bytes(cfg, tmp_path)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7)
+    run(config(data, method=method, mu=mu, rounds=ROUNDS - 1), checkpoint=checkpoint)  # leaves round 35 behind
+    saved = torch.load(checkpoint.path, weights_only=True)
+    assert saved["round"] == 35 and all(k.startswith("method.") for k in saved["state"])
+    from fedsim.train import _fingerprint
+    saved["settings"] = _fingerprint(cfg)
+    torch.save(saved, checkpoint.path)
+    resumed, record = metrics_bytes(cfg, tmp_path / "x", checkpoint)
+    assert record["result"]["resumed_from_round"] == 35 and resumed == reference
+    for value in saved["state"].values():
+        value.zero_()
+    torch.save(saved, checkpoint.path)
+    assert metrics_bytes(cfg, tmp_path / "y", checkpoint)[0] != reference

@@ -7,10 +7,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedsim.methods import REGISTRY
 from fedsim.summary import summarise, tail_loss, tune, tuning_scores
 from fedsim.train import read_run, write_run
 
-COMMUNICATION = {"fedavg": 1, "fedprox": 1, "feddane": 2}
 
 
 def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 2.0, 1.0, 0.5),
@@ -23,7 +23,7 @@ def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 
     rounds = len(losses) - 1
     metrics = pd.DataFrame({
         "round": range(len(kept)),
-        "communication_rounds": [t * COMMUNICATION[method] for t in range(len(kept))],
+        "communication_rounds": [t * REGISTRY[method].exchanges for t in range(len(kept))],
         "train_loss": kept,
         "train_acc": np.linspace(0.1, 0.9, len(kept)),
         "test_loss": kept,
@@ -33,7 +33,7 @@ def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 
     record = {
         "config": {"method": method, "mu": mu, "clients_per_round": K, "epochs": E, "seed": seed,
                    "rounds": rounds, "lr": 0.01, "batch_size": 10, "selection": "uniform",
-                   "second_subset": "independent", "feddane_correction": correction, "rng": "fedsim",
+                   "second_subset": "independent", "options": {"correction": correction} if method == "feddane" else {}, "rng": "fedsim",
                    "init": None},
         "dataset": {"name": dataset, "kind": "synthetic", "devices": 30, "provenance": provenance},
         "result": {"rounds_completed": len(kept) - 1, "final_train_loss": kept[-1],
@@ -66,12 +66,13 @@ def test_tune_picks_the_lowest_seed_mean_per_setting(tmp_path):
         fake_run(tmp_path, mu=1, losses=[3, 0.2], correction="authors"),
     ]
     table = tune(runs, ["feddane", "feddane_authors"], fraction=0.5)
-    exact = table[table["feddane_correction"] == "exact"].set_index("clients_per_round")
+    exact = table[table["method"] == "feddane"].set_index("clients_per_round")
     assert exact.loc[10, "chosen_mu"] == 1 and exact.loc[10, "score"] == pytest.approx(0.8)
     assert exact.loc[10, "candidates"] == "0;1" and exact.loc[10, "scores"] == "inf;0.8"
     assert exact.loc[5, "chosen_mu"] == 0
-    authors = table[table["feddane_correction"] == "authors"]
-    assert len(authors) == 1 and authors["chosen_mu"].iloc[0] == 0 and authors["method"].iloc[0] == "feddane"
+    authors = table[table["method"] == "feddane_authors"]
+    assert len(authors) == 1 and authors["chosen_mu"].iloc[0] == 0
+    assert authors["options"].iloc[0] == '{"correction": "authors"}'
     assert len(tune(runs, ["feddane"], fraction=0.5)) == 2  # only the method asked for
 
 

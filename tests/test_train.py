@@ -86,10 +86,10 @@ def test_divergence_stops_cleanly_and_keeps_the_metrics(data, tmp_path):
 
 
 @pytest.mark.parametrize("field,value", [("clients_per_round", 0), ("lr", -1.0), ("selection", "random"),
-                                         ("method", "scaffold"), ("mu", float("nan")), ("load", "disk"),
+                                         ("method", "fedsgd"), ("mu", float("nan")), ("load", "disk"),
                                          ("eval_devices", 0)])
 def test_bad_settings_are_named(data, field, value):
-    with pytest.raises(ValueError, match=field if field != "method" else "scaffold"):
+    with pytest.raises(ValueError, match=field if field != "method" else "fedsgd"):
         run(config(data, **{field: value}))
 
 

@@ -140,12 +140,12 @@ def test_default_dag_dry_run(tmp_path):
     # the paper's hyper-parameters reach the package CLI
     assert re.search(
         r"python -m fedsim\.warm train --data results/datasets/synthetic_iid\.h5 --method fedprox"
-        r" --feddane-correction exact --rng fedsim"
+        r" --rng fedsim"
         r" --mu 1 --clients-per-round 10 --epochs 20 --batch-size 10 --lr 0\.01 --rounds 200"
         r" --seed 0 --selection uniform --second-subset independent",
         out,
     ), out
-    assert re.search(r"--data results/datasets/synthetic_0_0\.h5 --method feddane --feddane-correction authors"
+    assert re.search(r"--data results/datasets/synthetic_0_0\.h5 --method feddane_authors"
                      r" --rng fedsim --mu 0\.01 ", out), out
 
 
@@ -384,18 +384,19 @@ def test_tiny_real_run(tiny_run):
     assert not list(results.glob("checkpoints/**/*.pt"))  # completed runs leave no checkpoint
     for column in ("dataset", "method", "mu", "clients_per_round", "epochs", "seed", "final_train_loss"):
         assert column in rows[0], column
-    runs_of = {(r["dataset"], r["method"], r["feddane_correction"]) for r in rows}
+    runs_of = {(r["dataset"], r["method"], r["options"]) for r in rows}
+    exact, authors = '{"correction": "exact"}', '{"correction": "authors"}'
     assert runs_of == {(d, *m) for d in TINY_DATASETS for m in
-                       [("fedavg", "exact"), ("fedprox", "exact"), ("feddane", "exact"), ("feddane", "authors")]}
+                       [("fedavg", "{}"), ("fedprox", "{}"), ("feddane", exact), ("feddane_authors", authors)]}
     assert {(r["clients_per_round"], r["epochs"]) for r in rows} == {("3", "1"), ("1", "1"), ("8", "2")}
     assert {r["seed"] for r in rows if r["clients_per_round"] == "3"} == {"0", "1"}
     # Figures 2 and 3 run each FedDANE at its mu tuned for the dataset in Figure 1, only
     tuned = read_csv(results / "summary" / "tuned_mu.csv")
     assert len(tuned) == 2 * len(TINY_DATASETS)
-    chosen = {(row["dataset"], row["feddane_correction"]): float(row["chosen_mu"]) for row in tuned}
+    chosen = {(row["dataset"], row["method"]): float(row["chosen_mu"]) for row in tuned}
     for row in rows:
-        if row["method"] == "feddane" and row["clients_per_round"] != "3":
-            assert float(row["mu"]) == chosen[row["dataset"], row["feddane_correction"]], row
+        if row["method"].startswith("feddane") and row["clients_per_round"] != "3":
+            assert float(row["mu"]) == chosen[row["dataset"], row["method"]], row
     for name in FIGURES + [f"{f}_test_acc" for f in FIGURES] + ["tuning"]:
         for ext in ("png", "pdf"):
             assert (results / "figures" / f"{name}.{ext}").stat().st_size > 0, name
@@ -403,7 +404,7 @@ def test_tiny_real_run(tiny_run):
         run = results / "runs" / name / "feddane" / "mu1_K3_E1_seed1"
         assert (run / "metrics.csv").is_file() and (run / "run.json").is_file()
         authors = json.loads((results / "runs" / name / "feddane_authors" / "mu1_K3_E1_seed1" / "run.json").read_text())
-        assert authors["config"]["feddane_correction"] == "authors" and authors["config"]["method"] == "feddane"
+        assert authors["config"]["options"] == {"correction": "authors"} and authors["config"]["method"] == "feddane"
     assert (results / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
     assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K1_E1_seed0.tsv").is_file()
     # up to date afterwards

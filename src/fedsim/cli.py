@@ -8,8 +8,9 @@
     python -m fedsim import-json --train data/train --test data/test --name synthetic_iid --out d.h5
     python -m fedsim datasets-table --out datasets.csv DATASET_H5...
     python -m fedsim train --data d.h5 --method feddane --mu 0.01 --metrics m.csv --info run.json
-    python -m fedsim train --data d.h5 --method feddane --feddane-correction authors --rng authors \
+    python -m fedsim train --data d.h5 --method feddane_authors --rng authors \
         --second-subset same --init init-seed{seed}.npz ...     # the authors' code, replayed
+    python -m fedsim train --data d.h5 --method feddane_decayed --option tau=50 ...  # a method's setting
     python -m fedsim summarise --out runs.csv RUN_JSON...
     python -m fedsim tune --methods feddane feddane_authors --fraction 0.1 --out tuned_mu.csv RUN_JSON...
     python -m fedsim figure1 --tuned tuned_mu.csv --out figure1.pdf RUN_JSON...
@@ -26,6 +27,7 @@ import dataclasses
 import sys
 
 from .atomic import write_csv
+from .methods import ENTRIES, REGISTRY
 
 
 def _number(cast, ok, what):
@@ -53,6 +55,14 @@ POSITIVE = _number(float, lambda v: _is_finite(v) and v > 0, "a finite number > 
 SHARE = _number(float, lambda v: _is_finite(v) and 0 < v <= 1, "a fraction in (0, 1]")
 SHARE_OR_ALL = _number(float, lambda v: _is_finite(v) and 0 <= v <= 1, "a fraction in [0, 1] (0: all)")
 
+
+
+def _method_option(text: str) -> tuple[str, str]:
+    """NAME=VALUE of --option; the method checks the name and value (RunConfig)."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return name, value
 
 def _generate_synthetic(args) -> None:
     from .synthetic import write_synthetic
@@ -146,8 +156,8 @@ def _train(args) -> None:
 
     from .train import Checkpoint, RunConfig, run, write_run
 
-    fields = {f.name for f in dataclasses.fields(RunConfig)}
-    config = RunConfig(**{k: v for k, v in vars(args).items() if k in fields})
+    fields = {f.name for f in dataclasses.fields(RunConfig)} - {"options"}
+    config = RunConfig(**{k: v for k, v in vars(args).items() if k in fields}, options=dict(args.option))
     checkpoint = Checkpoint(Path(args.checkpoint), args.checkpoint_every) if args.checkpoint else None
     metrics, record = run(config, checkpoint=checkpoint)
     write_run(metrics, record, args.metrics, args.info)
@@ -274,7 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="run one federated training and write its metrics")
     p.add_argument("--data", required=True, help="dataset HDF5 file")
-    p.add_argument("--method", required=True, choices=["fedavg", "fedprox", "feddane"])
+    p.add_argument("--method", required=True, choices=list(ENTRIES),
+                   help="a method or a variant (fedsim.methods: " + "; ".join(
+                       f"{name}: {e.label}" for name, e in ENTRIES.items()) + ")")
+    p.add_argument("--option", type=_method_option, action="append", default=[], metavar="NAME=VALUE",
+                   help="a setting of the method, repeatable (" + "; ".join(
+                       f"{m.name} {name}: {o.help}, default {o.default}" for m in REGISTRY.values()
+                       for name, o in m.options.items()) + ")")
     p.add_argument("--mu", type=NON_NEGATIVE, default=0.0)
     p.add_argument("--clients-per-round", type=COUNT, default=10)
     p.add_argument("--epochs", type=COUNT, default=20)
@@ -285,8 +301,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=INDEX, default=0)
     p.add_argument("--selection", choices=["uniform", "weighted"], default="uniform")
     p.add_argument("--second-subset", choices=["independent", "same"], default="independent")
-    p.add_argument("--feddane-correction", choices=["exact", "authors"], default="exact",
-                   help="FedDANE's linear term: the paper's g_t - grad F_k, or what the authors' code computed")
     p.add_argument("--rng", choices=["fedsim", "authors"], default="fedsim",
                    help="whose selection and mini-batch draws: fedsim's (seed, round, device) or the authors' code's")
     p.add_argument("--init", help="initial model, an .npz with kernel and bias ({seed}: the run's seed); "
@@ -314,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="run.json files")
     p.set_defaults(func=_summarise)
 
-    tuned = ["feddane", "feddane_authors"]
+    tuned = [name for name, e in ENTRIES.items() if e.method.mu == "tuned"]
     p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")
     p.add_argument("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)")
     p.add_argument("--fraction", type=SHARE, default=0.1)

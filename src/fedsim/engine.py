@@ -95,6 +95,11 @@ class SGDSettings:
     epochs_done: np.ndarray | None = None  # authors: local epochs each device has trained so far
 
 
+def local_steps(sizes: np.ndarray, settings: SGDSettings) -> np.ndarray:
+    """SGD steps of devices with `sizes` samples: E epochs of ceil(n_k / B) batches (batch_plan's rows)."""
+    return settings.epochs * -(-np.asarray(sizes, dtype=np.int64) // settings.batch_size)
+
+
 def batch_plan(size: int, settings: SGDSettings, round_: int, device: int) -> np.ndarray:
     """Local row indices of every mini-batch, (steps, batch_size), padded with -1.
 

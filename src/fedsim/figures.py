@@ -19,16 +19,15 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .atomic import atomic_path  # noqa: E402
-from .methods import LABELS, variant_of  # noqa: E402
+from .methods import COLORS, ENTRIES, LABELS, variant_of  # noqa: E402
 from .summary import tuning_scores  # noqa: E402
 from .train import read_run  # noqa: E402
 
-COLORS = {"fedavg": "tab:blue", "fedprox": "tab:green", "feddane": "tab:red", "feddane_authors": "tab:orange"}
 METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
 X_AXES = {"rounds": ("round", "# rounds"),
           "communication_rounds": ("communication_rounds", "# communication rounds")}
 BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
-TUNED = ("feddane", "feddane_authors")
+TUNED = tuple(name for name, e in ENTRIES.items() if e.method.mu == "tuned")
 
 
 def _provenance(record: dict) -> dict:
@@ -127,7 +126,7 @@ def _panel(ax, runs, tuned, metric: str, x: str) -> None:
         if not selected:
             continue
         mu = selected[0][1]["config"]["mu"]
-        label = LABELS[method] + ("" if method == "fedavg" else f" (μ={mu:g})")
+        label = LABELS[method] + ("" if ENTRIES[method].method.mu == "none" else f" (μ={mu:g})")
         lines[method] = _curve(ax, selected, metric, label, COLORS[method], x)
     _y_range(ax, lines, metric)
     ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")  # readable over the curves

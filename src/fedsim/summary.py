@@ -1,18 +1,22 @@
-"""Tables over many runs: the one-row-per-run summary and the choice of FedDANE's mu."""
+"""Tables over many runs: the one-row-per-run summary and the choice of the tuned methods' mu.
+
+A run's `method` here is what the workflow and the figures call it: a method or a variant
+(feddane_authors), with the method's `options` beside it as JSON (fedsim.methods)."""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 
 import numpy as np
 import pandas as pd
 
-from .methods import variant_of
+from .methods import resolve, variant_of
 from .train import RunConfig, read_run
 
 SETTING_COLUMNS = ["dataset", "method", "mu", "clients_per_round", "epochs", "seed", "rounds", "lr",
-                   "batch_size", "selection", "second_subset", "feddane_correction", "rng", "init"]
+                   "batch_size", "selection", "second_subset", "options", "rng", "init"]
 # what a record written before a setting existed ran with: the setting's default
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
 RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",
@@ -29,7 +33,16 @@ def run_settings(record: dict, columns=SETTING_COLUMNS) -> dict:
     settings = {c: record["config"].get(c, DEFAULTS.get(c)) for c in columns if c != "dataset"}
     if "init" in settings:
         settings["init"] = settings["init"] or ""
+    if "method" in settings:
+        settings["method"] = variant_of(record["config"])
+    if "options" in settings:
+        settings["options"] = options_text(record["config"])
     return {"dataset": record["dataset"]["name"], **settings} if "dataset" in columns else settings
+
+
+def options_text(config: dict) -> str:
+    """A run's method options, all of them, as canonical JSON (one text per set of options)."""
+    return json.dumps(resolve(config["method"], config.get("options") or {})[1], sort_keys=True)
 
 
 def _run_row(info_path, fraction: float) -> dict:

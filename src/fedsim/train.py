@@ -8,8 +8,10 @@ Protocol (the reference code's, with the paper's text as options):
   devices in the same round (a paired comparison, as the reference's re-seeding gives);
 - FedDANE's solving subset S'_t is drawn independently of S_t (`second_subset:
   independent`, Algorithm 2 of the paper) or equals it (`same`, the reference code);
-- FedDANE's correction term is the paper's g_t - grad F_k(w^{t-1}) (`feddane_correction:
-  exact`) or what the authors' code computed (`authors`, fedsim.methods.feddane);
+- a method's own settings are its `options` (fedsim.methods: each method declares them; FedDANE's
+  `correction` is the paper's g_t - grad F_k(w^{t-1}) or what the authors' code computed);
+  `method` may name a variant (feddane_authors), which the config turns into method + options;
+- a method's state (SCAFFOLD's control variates, ...) is checkpointed with the model;
 - `rng: authors` replaces fedsim's draws by the authors' (selection seeded by the round, their
   compounding mini-batch shuffle: fedsim.authors); `init` loads an initial model from a file;
 - metrics row t describes the global model after t rounds (row 0: the initial model);
@@ -35,7 +37,7 @@ import math
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import h5py
@@ -47,9 +49,8 @@ from . import __version__
 from .atomic import atomic_path, write_csv, write_json
 from .data import FederatedDataset
 from . import authors
-from .engine import ENGINES, Clients, SGDSettings
-from .methods import RoundContext, get_method
-from .methods.feddane import CORRECTIONS
+from .engine import ENGINES, Clients, SGDSettings, local_steps
+from .methods import ENTRIES, RoundContext, get_method, resolve, variant_of
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
@@ -78,13 +79,21 @@ class RunConfig:
     dtype: str = "float32"
     load: str = "auto"                # memory | stream | auto: how the train split is read
     eval_devices: int | None = None   # metrics on a seeded sample of this many devices; None: all
-    feddane_correction: str = "exact"  # exact | authors: FedDANE's linear term (fedsim.methods.feddane)
     rng: str = "fedsim"               # fedsim | authors: whose selection and mini-batch draws (fedsim.authors)
     init: str | None = None           # .npz initial model ({seed}: the run's seed); None: fedsim's own draw
+    options: dict = field(default_factory=dict)  # the method's settings (fedsim.methods), every one filled in
+
+    def __post_init__(self):
+        """A variant name becomes its method and options; the options get their defaults (an unknown
+        method is left for validate to name)."""
+        if self.method in ENTRIES:
+            method, options = resolve(self.method, self.options)
+            object.__setattr__(self, "method", method)
+            object.__setattr__(self, "options", options)
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field, before any expensive work."""
-        get_method(self.method)
+        method = get_method(self.method)
         checks = {
             "mu": self.mu >= 0 and math.isfinite(self.mu),
             "clients_per_round": self.clients_per_round >= 1,
@@ -100,24 +109,20 @@ class RunConfig:
             "dtype": self.dtype in DTYPES,
             "load": self.load in ("auto", "memory", "stream"),
             "eval_devices": self.eval_devices is None or self.eval_devices >= 1,
-            "feddane_correction": self.feddane_correction in CORRECTIONS,
             "rng": self.rng in ("fedsim", "authors"),
         }
         for field, ok in checks.items():
             if not ok:
                 raise ValueError(f"bad run setting {field}={getattr(self, field)!r}")
-        if self.method == "fedavg" and self.mu != 0:
-            raise ValueError(f"bad run setting mu={self.mu!r}: fedavg has no proximal term")
+        if method.mu == "none" and self.mu != 0:
+            raise ValueError(f"bad run setting mu={self.mu!r}: {self.method} has no proximal term")
         if self.device == "cuda" and not torch.cuda.is_available():
             raise ValueError(f"bad run setting device='cuda': torch {torch.__version__} sees no CUDA device "
                              "(use cpu, or auto: a GPU where there is one)")
-        if self.feddane_correction != "exact" and self.method != "feddane":
-            raise ValueError(f"bad run setting feddane_correction={self.feddane_correction!r}: "
-                             f"only feddane has a correction term (method {self.method})")
         if self.rng == "authors":  # their code draws uniformly, and FedDANE's two subsets alike
             if self.selection != "uniform":
                 raise ValueError(f"bad run setting selection={self.selection!r}: rng=authors selects uniformly")
-            if self.method == "feddane" and self.second_subset != "same":
+            if method.gradients == "sampled" and self.second_subset != "same":
                 raise ValueError(f"bad run setting second_subset={self.second_subset!r}: "
                                  "rng=authors draws FedDANE's second subset as its first (use same)")
         if not Path(self.data).is_file():
@@ -177,9 +182,10 @@ def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
     """Raise ValueError where the run's settings do not fit the dataset's model."""
     if config.engine == "kernel" and (hasattr(model, "stacked_grads") or config.device != "cpu"):
         raise ValueError("bad run setting engine='kernel': it runs MCLR models on the CPU (use auto or batched)")
-    if config.feddane_correction == "authors" and not hasattr(model, "tensors"):
-        raise ValueError("bad run setting feddane_correction='authors': defined for the MCLR models only "
-                         "(the authors' FedDANE code never ran on the LSTM models)")
+    variant = variant_of(dataclasses.asdict(config))
+    if ENTRIES[variant].mclr_only and not hasattr(model, "tensors"):
+        raise ValueError(f"bad run setting method={variant!r} (options {config.options}): defined for the MCLR "
+                         "models only")
     if config.init is not None:
         initial_params(config, model, dtype)
 
@@ -355,23 +361,31 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list
         return n / n.sum()
 
     def device_grads_at(params, train: Clients):
+        known = {}  # a method may ask twice in a round (pipelined FedDANE: to solve, then to aggregate)
+
         def grads(devices: np.ndarray) -> torch.Tensor:
-            x, y, offsets = train.subset(devices)
-            return model.device_grads(params, x, y, offsets)
+            key = np.asarray(devices).tobytes()
+            if key not in known:
+                x, y, offsets = train.subset(devices)
+                known[key] = model.device_grads(params, x, y, offsets)
+            return known[key]
         return grads
 
     params = initial_params(config, model, dtype).to(device)
-    # the authors' shuffle compounds over each device's local epochs: their count is run state
-    state = {"epochs_done": torch.zeros(data.dataset.num_devices, dtype=torch.int64)} \
-        if config.rng == "authors" else {}
+    # Run state, checkpointed with the model: the method's (its own names, under "method.") and, for
+    # the authors' shuffle, which compounds over each device's local epochs, their count.
+    state = {f"method.{k}": v for k, v in method.init(params, data.dataset.num_devices).items()}
+    if config.rng == "authors":
+        state["epochs_done"] = torch.zeros(data.dataset.num_devices, dtype=torch.int64)
     rows, start = [], 0
     saved = checkpoint.load(config, params, state) if checkpoint is not None else None
     if saved is not None:
         start, params, rows, state = saved
+        state = {k: v.to(params.device) if k.startswith("method.") else v for k, v in state.items()}
     for t in range(start, config.rounds + 1):
         if checkpoint is not None and t > start and t % checkpoint.every == 0:
             checkpoint.save(config, t, params, rows, state)
-        rows.append({"round": t, "communication_rounds": t * method.COMMUNICATION_ROUNDS,
+        rows.append({"round": t, "communication_rounds": t * method.exchanges,
                      **evaluate(model, params, data.eval_train, data.eval_test)})
         if on_round is not None:
             on_round(rows[-1])
@@ -380,28 +394,37 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list
         if t == config.rounds:
             return rows, None, (start or None)
         if config.rng == "authors":
-            gradient_devices = solvers = authors.select_devices(t, len(data.sizes), config.clients_per_round)
             settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
-        else:
-            gradient_devices = solvers = select_devices(config.seed, t, SELECTION_STREAM,
-                                                        config.clients_per_round, data.sizes, config.selection)
-            if config.method == "feddane" and config.second_subset == "independent":
-                solvers = select_devices(config.seed, t, SECOND_SUBSET_STREAM, config.clients_per_round,
-                                         data.sizes, config.selection)
+        gradient_devices, solvers = round_devices(config, method.gradients, t, data.sizes)
         train = data.round_train(np.concatenate([gradient_devices, solvers]))
         ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
-                           device_grads=device_grads_at(params, train), weights=weights, model=model)
-        problem = method.local_problem(ctx, config.mu, **method_options(config))
+                           device_grads=device_grads_at(params, train), weights=weights, model=model,
+                           mu=config.mu, options=config.options, lr=config.lr, sizes=data.sizes,
+                           local_steps=lambda devices: local_steps(data.sizes[devices], settings))
+        method_state = {k[len("method."):]: v for k, v in state.items() if k.startswith("method.")}
+        problem = method.local_problem(ctx, method_state)
         local_models = local_sgd(model, params, problem, train, solvers, settings, t)
-        params = method.server_update(ctx, local_models)
+        params, method_state = method.server_update(ctx, method_state, local_models)
+        state.update({f"method.{k}": v for k, v in method_state.items()})
         if "epochs_done" in state:  # uniform selection: no device twice in a round
             state["epochs_done"][torch.from_numpy(solvers)] += config.epochs
     return rows, None, (start or None)
 
 
-def method_options(config: RunConfig) -> dict:
-    """The run settings a method's local problem takes besides mu."""
-    return {"correction": config.feddane_correction} if config.method == "feddane" else {}
+def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(gradient devices S_t, solvers S'_t) of round t, for a method whose full gradients come from
+    `gradients` (fedsim.methods.GRADIENTS). S'_t is the round's selection, and where a method asks for
+    gradients from a sample S_t first, `second_subset: independent` draws S'_t independently of it.
+    A method asking every device (`all`) gets the solvers a sampling FedDANE would: a paired diagnostic."""
+    k, n = config.clients_per_round, len(sizes)
+    if config.rng == "authors":
+        selected = authors.select_devices(t, n, k)
+        return (np.arange(n) if gradients == "all" else selected), selected
+    selected = select_devices(config.seed, t, SELECTION_STREAM, k, sizes, config.selection)
+    solvers = selected
+    if gradients != "none" and config.second_subset == "independent":
+        solvers = select_devices(config.seed, t, SECOND_SUBSET_STREAM, k, sizes, config.selection)
+    return (np.arange(n) if gradients == "all" else selected), solvers
 
 
 def initial_params(config: RunConfig, model, dtype: torch.dtype) -> torch.Tensor:

@@ -90,19 +90,22 @@ def config_error(path, problem):
     sys.exit(f"Config error at {path}: {problem}")
 
 
+# The methods come from fedsim's registry (fedsim.methods: one file per method, each declaring its
+# label, how its mu is chosen, its options and variants), read from this checkout's src/ where
+# there is one. It imports no torch: cheap enough for every snakemake call.
+if Path(workflow.basedir, "src", "fedsim").is_dir():
+    sys.path.insert(0, str(Path(workflow.basedir, "src")))
+from fedsim.methods import ENTRIES, REGISTRY, USES  # noqa: E402
+
 with open(SCHEMA_FILE) as _handle:
     SCHEMA = yaml.safe_load(_handle)
-METHODS = SCHEMA["definitions"]["method"]["enum"]
-# A workflow method is fedsim's method with FedDANE's correction term (fedsim.methods.feddane):
-# feddane_authors is FedDANE as the authors' code computed it. Their code never ran FedDANE on the
-# LSTM models, so feddane_authors runs on the MCLR datasets only.
-METHOD_RUNS = {"feddane_authors": ("feddane", "authors")}
-MCLR_ONLY_METHODS = ("feddane_authors",)
+METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), in legend order
+SCHEMA["definitions"]["method"]["enum"] = METHODS
 
 
-def method_run(method):
-    """(fedsim method, feddane_correction) of a workflow method."""
-    return METHOD_RUNS.get(method, (method, "exact"))
+def method_kind(method):
+    """How a workflow method's mu is chosen: none (0), fixed (the dataset's fedprox_mu), tuned."""
+    return ENTRIES[method].method.mu
 
 
 def _duplicate_keys(node, path=()):
@@ -160,6 +163,7 @@ def validate_config(cfg):
     for name, exp in cfg["experiments"].items():
         _validate_experiment(name, exp, cfg)
     _validate_rng(cfg)
+    _validate_method_options(cfg)
 
     for name in used_datasets(cfg):
         for source in dataset_sources(name, cfg):
@@ -227,10 +231,22 @@ def _validate_rng(cfg):
         return
     if sim["selection"] != "uniform":
         config_error(["simulator", "selection"], "must be uniform with rng: authors (their code's)")
-    runs_feddane = any(method_run(m)[0] == "feddane" for e in cfg["experiments"].values() for m in e["methods"])
-    if runs_feddane and sim["second_subset"] != "same":
+    two_subsets = [m for e in cfg["experiments"].values() for m in e["methods"] if ENTRIES[m].method.gradients == "sampled"]
+    if two_subsets and sim["second_subset"] != "same":
         config_error(["simulator", "second_subset"], "must be same with rng: authors (their FedDANE draws "
                      "its second subset with the first one's seed)")
+
+
+def _validate_method_options(cfg):
+    """Each method's settings, checked by the method itself (fedsim.methods: its `options`)."""
+    for name, options in cfg["method_options"].items():
+        if name not in REGISTRY:
+            config_error(["method_options", name], f"unknown method (one of {', '.join(REGISTRY)})")
+        for key, value in options.items():
+            try:
+                REGISTRY[name].resolve({key: value})
+            except ValueError as err:
+                config_error(["method_options", name, key], str(err))
 
 
 def _validate_experiment(name, exp, cfg):
@@ -259,7 +275,7 @@ def _validate_mu_from(name, exp, cfg):
     ref = cfg["experiments"].get(source)
     if ref is None or source == name or "mu_from" in ref:
         config_error(where, f"{source!r} is not another experiment that tunes mu itself")
-    for method in set(exp["methods"]) & set(cfg["tuning"]["methods"]):
+    for method in (m for m in exp["methods"] if method_kind(m) == "tuned"):
         if method not in ref["methods"]:
             config_error(where, f"experiment {source} does not run {method}")
     for dataset in exp["datasets"]:
@@ -484,8 +500,8 @@ def package_code(include=None, exclude=()):
 def train_code(method):
     """Code of one method's training runs: an edit of another method's file (methods/<name>.py)
     does not rerun them."""
-    base = method_run(method)[0]
-    others = tuple(f"methods/{m}.py" for m in {method_run(m)[0] for m in METHODS} if m != base)
+    mine = USES[ENTRIES[method].method.name]  # its module methods/<name>.py and those it imports
+    others = tuple(f"methods/{m}.py" for m in REGISTRY if m not in mine)
     return package_code(exclude=NOT_TRAIN_CODE + others)
 
 
@@ -498,7 +514,9 @@ Setting = namedtuple("Setting", ("dataset", "K", "E", "T"))  # a run without met
 
 
 def tuned_methods():
-    return config["tuning"]["methods"]
+    """The methods whose mu is tuned (the registry says which), among those the experiments run."""
+    used = {m for exp in config["experiments"].values() for m in exp["methods"]}
+    return [m for m in METHODS if method_kind(m) == "tuned" and m in used]
 
 
 def tunes_mu(experiment):
@@ -529,10 +547,10 @@ def reference_setting(experiment, setting):
 
 def chosen_mu(tuned, method, setting):
     """The mu chosen for `method` in `setting` in `tuned` (rows of tuned_mu.csv)."""
-    key = (*method_run(method), setting.dataset, setting.K, setting.E, tag_rounds(setting.dataset, setting.T))
+    key = (method, setting.dataset, setting.K, setting.E, tag_rounds(setting.dataset, setting.T))
     for row in tuned:
         numbers = (fmt(float(row[c])) for c in ("clients_per_round", "epochs"))
-        if (row["method"], row["feddane_correction"], row["dataset"], *numbers, int(row["rounds"])) == key:
+        if (row["method"], row["dataset"], *numbers, int(row["rounds"])) == key:
             return fmt(float(row["chosen_mu"]))
     raise ValueError(f"{summary_path('tuned_mu.csv')} has no row for {method} in {setting}")
 
@@ -543,17 +561,14 @@ def method_mus(method, setting, experiment, tuned=None, chosen_only=False):
     mu chosen in `tuned`, or none while `tuned` is not known. None at all where the method
     does not apply (the authors' FedDANE on an LSTM dataset)."""
     exp = config["experiments"][experiment]
-    if method in MCLR_ONLY_METHODS and dataset_cfg(setting.dataset)["kind"] in LSTM_KINDS:
+    if ENTRIES[method].mclr_only and dataset_cfg(setting.dataset)["kind"] in LSTM_KINDS:
         return []
-    if method in tuned_methods():
+    kind = method_kind(method)
+    if kind == "tuned":
         if tunes_mu(experiment) and not chosen_only:
             return exp.get("mu_grid", config["tuning"]["mu_grid"])
         return [] if tuned is None else [chosen_mu(tuned, method, reference_setting(experiment, setting))]
-    if method == "fedavg":
-        return [0]
-    if method == "fedprox":
-        return [dataset_cfg(setting.dataset)["fedprox_mu"]]
-    raise ValueError(f"no mu values known for method {method}")
+    return [dataset_cfg(setting.dataset)["fedprox_mu"]] if kind == "fixed" else [0]
 
 
 def experiment_runs(experiment, tuned=None, chosen_only=False):
@@ -741,8 +756,10 @@ def init_files(wildcards):
 def run_args(wildcards):
     """How a run is computed beyond its wildcards: the method as fedsim knows it, whose random
     draws, the initial model."""
-    method, correction = method_run(wildcards.method)
-    args = [f"--method {method} --feddane-correction {correction} --rng {config['simulator']['rng']}"]
+    args = [f"--method {wildcards.method} --rng {config['simulator']['rng']}"]
+    entry = ENTRIES[wildcards.method]
+    options = config["method_options"].get(entry.method.name, {})  # those a variant fixes stay fixed
+    args += [f"--option {shlex.quote(f'{k}={v}')}" for k, v in sorted(options.items()) if k not in entry.options]
     args += [f"--init {shlex.quote(path)}" for path in init_files(wildcards)]
     return " ".join(args)
 

@@ -15,7 +15,7 @@ checkpoint tune:
             category="Tables",
         ),
     params:
-        methods=" ".join(config["tuning"]["methods"]),
+        methods=" ".join(tuned_methods()),
         fraction=config["tuning"]["fraction"],
     conda:
         "../envs/fedsim.yaml"

@@ -1,30 +1,45 @@
-"""Federated methods as small sets of pure functions.
+"""Federated methods: one file each in this package, and the registry that finds them.
 
-Every method here is one choice of the local subproblem each selected device k solves
-with E epochs of mini-batch SGD,
+A method is three pure functions over explicit state (as FedJAX's and optax's algorithms):
+
+    init(params, num_devices)               -> state          # dict of tensors, {} for none
+    local_problem(ctx, state)               -> LocalProblem   # what each solving device minimises
+    server_update(ctx, state, local_models) -> (params, state)
+
+Every local problem is one choice, per solving device k, of
 
     min_w  F_k(w) + <c_k, w - w0> + mu/2 ||w - w0||^2,
 
-plus a server rule that turns the returned local models into the next global model.
-A method module provides:
+which the engine (fedsim.engine) solves with E epochs of mini-batch SGD, by whichever
+execution strategy the run picked. The state is the method's memory across rounds (server
+state and per-device tables, as SCAFFOLD's control variates); the run checkpoints it with the
+model, so a resumed run ends bit-identical.
 
-    COMMUNICATION_ROUNDS   # server<->device exchanges per update round (FedDANE: 2)
-    local_problem(ctx, mu) -> LocalProblem   # mu and the linear term c_k of each device
-    server_update(ctx, local_models) -> params
+A method module ends with `METHOD = Method(...)`: its name, label and colour in the figures,
+exchanges per round, which devices send full gradients first, how its mu is chosen, its
+settings (`options`) and named variants. The CLI, the run settings, the workflow (its schema,
+its runs and their mu) and the figures read REGISTRY, which holds every module here that
+declares a METHOD: adding a method is one file plus its test (scaffold.py is the example).
 
-The engine (fedsim.engine) runs the local SGD for any LocalProblem, batched or per
-device; a new method is one short file, an entry in METHODS and a label in LABELS. A
-method's run settings besides mu (FedDANE's `correction`) reach local_problem as keywords;
-VARIANTS names a method with such a setting (feddane_authors) for the workflow and figures.
+No module here imports torch: the workflow reads the registry at start-up, and a second of
+torch import there would be paid by every `snakemake` call. Tensors arrive from the run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+import importlib
+import json
+import pkgutil
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
+
+MU_CHOICES = ("none", "fixed", "tuned")   # mu always 0 | the dataset's fedprox_mu | tuned over a grid
+GRADIENTS = ("none", "sampled", "all")    # who sends a full gradient at w^{t-1} before solving
 
 
 @dataclass(frozen=True)
@@ -32,7 +47,7 @@ class LocalProblem:
     """F_k(w) + <correction[k], w - w0> + mu/2 ||w - w0||^2 for each solving device k."""
 
     mu: float
-    correction: torch.Tensor | None  # (devices, *params.shape), or None for no linear term
+    correction: torch.Tensor | None  # (solvers, *params.shape), or None for no linear term
 
 
 @dataclass
@@ -46,40 +61,162 @@ class RoundContext:
     device_grads: Callable[[np.ndarray], torch.Tensor]  # full local gradients at params
     weights: Callable[[np.ndarray], torch.Tensor]       # aggregation weights, summing to 1
     model: object = None                       # the model (its tensor layout, for methods that need it)
+    mu: float = 0.0                            # the run's mu
+    options: dict = field(default_factory=dict)  # the method's settings, every one filled in
+    lr: float = 0.0                            # the local learning rate
+    sizes: np.ndarray | None = None            # every device's number of training samples
+    local_steps: Callable[[np.ndarray], np.ndarray] | None = None  # SGD steps each device takes
+
+
+@dataclass(frozen=True)
+class Option:
+    """One setting of a method: its default, and the values it takes."""
+
+    default: Any
+    help: str
+    choices: tuple = ()               # the allowed values, where they are a list
+    minimum: float | None = None      # numbers: the exclusive lower bound
+
+    def parse(self, name: str, value):
+        """The value, converted from command-line text where needed; ValueError naming it if bad."""
+        try:
+            value = type(self.default)(value) if isinstance(value, str) else value
+            if isinstance(self.default, float) and isinstance(value, int) and not isinstance(value, bool):
+                value = float(value)
+            ok = isinstance(value, type(self.default)) and (not self.choices or value in self.choices)
+            ok = ok and (self.minimum is None or (np.isfinite(value) and value > self.minimum))
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            allowed = f"one of {', '.join(map(str, self.choices))}" if self.choices else \
+                f"a number > {self.minimum:g}" if self.minimum is not None else type(self.default).__name__
+            raise ValueError(f"bad method option {name}={value!r}: expected {allowed}")
+        return value
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A method with some of its options set, under its own name (a curve of its own)."""
+
+    label: str
+    color: str
+    options: dict
+    mclr_only: bool = False   # defined for the MCLR models only
+
+
+def no_state(params, num_devices: int) -> dict:
+    return {}
 
 
 def weighted_average(stacked: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
     """sum_k weights[k] * stacked[k] over the leading device dimension."""
+    import torch  # here, not at the top: see the module docstring
+
     return torch.tensordot(weights.to(stacked.dtype), stacked, dims=1)
 
 
-def average_models(ctx: RoundContext, local_models: torch.Tensor) -> torch.Tensor:
-    """The server rule shared by FedAvg, FedProx and FedDANE."""
-    return weighted_average(local_models, ctx.weights(ctx.solvers))
+def average_models(ctx: RoundContext, state: dict, local_models: torch.Tensor):
+    """The server rule of FedAvg, FedProx and FedDANE: the weighted average of the local models."""
+    return weighted_average(local_models, ctx.weights(ctx.solvers)), state
 
 
-from . import fedavg, feddane, fedprox  # noqa: E402  (modules use the names above)
+@dataclass(frozen=True)
+class Method:
+    name: str
+    label: str
+    color: str                        # its curves' colour in every figure
+    local_problem: Callable
+    server_update: Callable = average_models
+    init: Callable = no_state
+    exchanges: int = 1                # server <-> device exchanges per round (communication rounds)
+    gradients: str = "none"           # sampled: S_t, K devices (S'_t per the run's second_subset); all: every device
+    mu: str = "none"                  # see MU_CHOICES
+    options: dict = field(default_factory=dict)   # name -> Option
+    variants: dict = field(default_factory=dict)  # name -> Variant
+    order: int = 100                  # place in legends and tables
 
-METHODS = {"fedavg": fedavg, "fedprox": fedprox, "feddane": feddane}
+    def __post_init__(self):
+        assert self.mu in MU_CHOICES and self.gradients in GRADIENTS, self.name
+
+    def resolve(self, options: dict) -> dict:
+        """Every option of the method, given ones parsed and checked, the rest at their default."""
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            known = ", ".join(self.options) or "none"
+            raise ValueError(f"bad method option {unknown[0]!r}: {self.name} takes {known}")
+        return {name: opt.parse(name, options[name]) if name in options else opt.default
+                for name, opt in self.options.items()}
 
 
-# The methods as the workflow and the figures name them: a method, or a method with a setting
-# (FedDANE with the correction term the authors' code computed).
-VARIANTS = {"feddane_authors": ("feddane", {"feddane_correction": "authors"})}
-LABELS = {"fedavg": "FedAvg", "fedprox": "FedProx", "feddane": "FedDANE",
-          "feddane_authors": "FedDANE, authors' code"}
+def _discover() -> tuple[dict[str, Method], dict[str, set]]:
+    """Every method module's METHOD, in legend order, and the method modules each one imports."""
+    modules = {info.name: importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)}
+    found, uses = [], {}
+    for name, module in modules.items():
+        method = getattr(module, "METHOD", None)
+        if isinstance(method, Method):
+            if method.name != name:
+                raise ImportError(f"fedsim/methods/{name}.py declares a method named {method.name!r}: name it {name!r}")
+            found.append(method)
+            uses[name] = {name} | {n for n, m in modules.items() if any(v is m for v in vars(module).values())}
+    return {m.name: m for m in sorted(found, key=lambda m: (m.order, m.name))}, uses
+
+
+REGISTRY, USES = _discover()  # USES[name]: the method modules (its own included) a method's code is in
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A name the workflow and the figures use: a method, or a variant of one."""
+
+    name: str
+    method: Method
+    label: str
+    color: str
+    options: dict             # the options it fixes
+    mclr_only: bool = False
+
+
+def _entries() -> dict[str, Entry]:
+    entries = {}
+    for method in REGISTRY.values():
+        entries[method.name] = Entry(method.name, method, method.label, method.color, {})
+        for name, v in method.variants.items():
+            entries[name] = Entry(name, method, v.label, v.color, dict(v.options), v.mclr_only)
+    return entries
+
+
+ENTRIES: dict[str, Entry] = _entries()   # methods and variants, in legend order
+LABELS = {name: e.label for name, e in ENTRIES.items()}
+COLORS = {name: e.color for name, e in ENTRIES.items()}
+
+
+def get_method(name: str) -> Method:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(REGISTRY)}") from None
+
+
+def resolve(name: str, options: dict | None = None) -> tuple[str, dict]:
+    """(method name, all its options) of a method or variant name with extra `options`."""
+    entry = ENTRIES.get(name)
+    if entry is None:
+        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(ENTRIES)}")
+    return entry.method.name, entry.method.resolve({**entry.options, **(options or {})})
 
 
 def variant_of(config: dict) -> str:
-    """The name of the method a run's config (run.json's `config`) ran, variants included."""
-    for name, (method, settings) in VARIANTS.items():
-        if config["method"] == method and all(config.get(k) == v for k, v in settings.items()):
+    """The name (method or variant) of what a run's config (run.json's `config`, or a runs.csv row) ran."""
+    name, options = resolve(config["method"], options_of(config))
+    method = REGISTRY[name]
+    for name, variant in method.variants.items():
+        if all(options[k] == v for k, v in variant.options.items()):
             return name
-    return config["method"]
+    return method.name
 
 
-def get_method(name: str):
-    try:
-        return METHODS[name]
-    except KeyError:
-        raise ValueError(f"unknown method {name!r}; choose one of {sorted(METHODS)}") from None
+def options_of(config: dict) -> dict:
+    """A config's method options: a dict, or its JSON text (as runs.csv holds it)."""
+    options = config.get("options") or {}
+    return json.loads(options) if isinstance(options, str) else dict(options)

@@ -1,14 +1,10 @@
 """FedAvg (McMahan et al., 2017): each device runs SGD on its own loss F_k."""
 
-from . import LocalProblem, RoundContext, average_models
-
-COMMUNICATION_ROUNDS = 1
+from . import LocalProblem, Method, RoundContext
 
 
-def local_problem(ctx: RoundContext, mu: float) -> LocalProblem:
-    if mu != 0:
-        raise ValueError(f"fedavg has no proximal term (got mu={mu}); use fedprox for mu > 0")
+def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
     return LocalProblem(mu=0.0, correction=None)
 
 
-server_update = average_models
+METHOD = Method(name="fedavg", label="FedAvg", color="tab:blue", local_problem=local_problem, order=10)

@@ -9,7 +9,7 @@ and the server averages their models. Whether S'_t is drawn independently of S_t
 paper) or equals it (the reference code) is the run's `second_subset` setting, decided
 by whoever builds the RoundContext.
 
-`correction` says how the linear term is computed:
+The option `correction` says how the linear term is computed:
 - `exact`: g_t - grad F_k(w^{t-1}), as above (the paper);
 - `authors`: what the authors' code computes (flearn/optimizer/pggd.py, `set_params`):
   `_, gprev = client.get_grads()` keeps the SECOND of the model's gradient tensors (for MCLR,
@@ -21,15 +21,18 @@ by whoever builds the RoundContext.
 """
 
 import numpy as np
-import torch
 
-from . import LocalProblem, RoundContext, average_models, weighted_average
+from . import LocalProblem, Method, Option, RoundContext, Variant, weighted_average
 
-COMMUNICATION_ROUNDS = 2
 CORRECTIONS = ("exact", "authors")
 
 
-def local_problem(ctx: RoundContext, mu: float, correction: str = "exact") -> LocalProblem:
+def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
+    return LocalProblem(mu=float(ctx.mu), correction=correction_term(ctx, ctx.options["correction"]))
+
+
+def correction_term(ctx: RoundContext, correction: str = "exact"):
+    """g_t - grad F_k(w^{t-1}) for each solver k (or the authors' version of it)."""
     grads = ctx.device_grads(ctx.gradient_devices)
     g_t = weighted_average(grads, ctx.weights(ctx.gradient_devices))
     if np.array_equal(ctx.solvers, ctx.gradient_devices):
@@ -40,16 +43,16 @@ def local_problem(ctx: RoundContext, mu: float, correction: str = "exact") -> Lo
         own = authors_subtrahend(ctx.model, own)
     elif correction != "exact":
         raise ValueError(f"feddane correction {correction!r}: choose one of {CORRECTIONS}")
-    return LocalProblem(mu=float(mu), correction=g_t.unsqueeze(0) - own)
+    return g_t.unsqueeze(0) - own
 
 
-def authors_subtrahend(model, own: torch.Tensor) -> torch.Tensor:
+def authors_subtrahend(model, own):
     """What the authors' code subtracts from g_t in place of each device's gradient: tensor i
     of the model gets the scalar gprev[i], gprev being the device's second gradient tensor."""
     if not hasattr(model, "tensors"):
         raise ValueError("feddane_correction=authors is defined for the MCLR models only "
                          "(the authors' FedDANE never ran on the LSTM models)")
-    out = torch.empty_like(own)
+    out = own.new_empty(own.shape)
     gprev = model.tensors(own)[1]  # (devices, classes): each device's bias gradient
     views = model.tensors(out)
     if gprev.shape[-1] < len(views):  # zip() would stop early and leave a tensor's term stale
@@ -60,4 +63,11 @@ def authors_subtrahend(model, own: torch.Tensor) -> torch.Tensor:
     return out
 
 
-server_update = average_models
+METHOD = Method(
+    name="feddane", label="FedDANE", color="tab:red", local_problem=local_problem, exchanges=2,
+    gradients="sampled", mu="tuned", order=30,
+    options={"correction": Option("exact", "the linear term: the paper's (exact) or the authors' code's",
+                                  choices=CORRECTIONS)},
+    variants={"feddane_authors": Variant("FedDANE, authors' code", "tab:orange", {"correction": "authors"},
+                                         mclr_only=True)},
+)

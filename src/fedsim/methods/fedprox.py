@@ -1,12 +1,12 @@
-"""FedProx (Li et al., 2018): F_k plus a proximal term mu/2 ||w - w^{t-1}||^2."""
+"""FedProx (Li et al., 2018): F_k plus a proximal term mu/2 ||w - w^{t-1}||^2, mu fixed per
+dataset (the FedProx paper's)."""
 
-from . import LocalProblem, RoundContext, average_models
-
-COMMUNICATION_ROUNDS = 1
-
-
-def local_problem(ctx: RoundContext, mu: float) -> LocalProblem:
-    return LocalProblem(mu=float(mu), correction=None)
+from . import LocalProblem, Method, RoundContext
 
 
-server_update = average_models
+def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
+    return LocalProblem(mu=float(ctx.mu), correction=None)
+
+
+METHOD = Method(name="fedprox", label="FedProx", color="tab:green", local_problem=local_problem, mu="fixed",
+                order=20)

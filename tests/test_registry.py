@@ -1,0 +1,85 @@
+"""The method registry: one file per method is all the rest of fedsim needs, and the paper's
+methods keep their results (tests/reference, made before the registry existed)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from fedsim.methods import ENTRIES, REGISTRY, LABELS, Method, resolve, variant_of
+from fedsim.train import RunConfig, run
+
+sys.path.insert(0, str(Path(__file__).parent / "reference"))
+import make_method_reference as reference  # noqa: E402
+
+from tiny import tiny_dataset  # noqa: E402
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("registry") / "tiny.h5", devices=8)
+
+
+@pytest.mark.parametrize("engine", reference.ENGINES)
+@pytest.mark.parametrize("case", reference.CASES)
+def test_the_papers_methods_keep_their_results(data, case, engine):
+    """float64 metrics of short runs equal those the code before the registry wrote (to 1e-12: the
+    same arithmetic; the margin is for another CPU's vector width in the kernel's sums)."""
+    metrics, _ = run(reference.case_config(data, case, engine))
+    expected = pd.read_csv(Path(reference.HERE) / f"{case}-{engine}.csv")
+    assert list(metrics.columns) == list(expected.columns)
+    np.testing.assert_allclose(metrics.to_numpy(dtype=float), expected.to_numpy(dtype=float), rtol=1e-12, atol=0)
+
+
+def test_every_method_module_declares_a_method_named_after_its_file():
+    folder = SRC / "fedsim" / "methods"
+    modules = {p.stem for p in folder.glob("*.py") if p.stem != "__init__"}
+    assert set(REGISTRY) == modules
+    for method in REGISTRY.values():
+        assert isinstance(method, Method) and method.label and method.color
+        assert method.exchanges >= 1
+    assert len(set(LABELS.values())) == len(LABELS)  # every curve its own legend entry
+
+
+def test_the_registry_is_read_without_torch():
+    """The workflow reads it at every snakemake call: importing torch there would cost seconds."""
+    code = "import sys, fedsim.methods, fedsim.cli; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_variants_resolve_to_their_method_and_back():
+    for name, entry in ENTRIES.items():
+        method, options = resolve(name)
+        assert method == entry.method.name and set(options) == set(entry.method.options)
+        assert variant_of({"method": method, "options": options}) == name
+        assert variant_of({"method": name, "options": json.dumps(options)}) == name  # a runs.csv row
+
+
+def test_a_variant_name_becomes_method_and_options_in_the_run_config():
+    config = RunConfig(data="d.h5", method="feddane_authors")
+    assert config.method == "feddane" and config.options == {"correction": "authors"}
+    assert RunConfig(data="d.h5", method="feddane").options == {"correction": "exact"}
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"decay": 1}, "bad method option 'decay': feddane takes correction"),
+    ({"correction": "bias"}, "correction='bias': expected one of exact, authors"),
+])
+def test_bad_method_options_are_named(options, message):
+    with pytest.raises(ValueError, match=message):
+        RunConfig(data="d.h5", method="feddane", options=options)
+
+
+def test_the_cli_offers_every_method_and_variant():
+    from fedsim.cli import build_parser
+
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    method = next(a for a in train._actions if a.dest == "method")
+    assert list(method.choices) == list(ENTRIES)
