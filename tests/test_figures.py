@@ -116,6 +116,22 @@ def test_test_accuracy_and_communication_rounds(tmp_path, drawn):
     assert max(lines(ax)["FedAvg"].get_xdata()) == 4
 
 
+def test_beyond_figure_draws_every_method_against_rounds_and_communication_rounds(tmp_path, drawn):
+    runs = []
+    for dataset, iid in (("synthetic_1_1", False), ("synthetic_iid", True)):
+        runs += panel_runs(tmp_path, dataset, iid=iid, alpha=0.0 if iid else 1.0)
+        runs += [fake_run(tmp_path, method=m, mu=mu, dataset=dataset, iid=iid, alpha=0.0 if iid else 1.0, losses=LOSSES)
+                 for m, mu in (("scaffold", 0.0), ("feddane_pipelined", 0.01))]
+    figures.beyond(runs, None, tmp_path / "f.pdf")
+    top, bottom = drawn[0].axes[:2], drawn[0].axes[2:]
+    assert [ax.get_title() for ax in top] == ["Synthetic IID", "Synthetic (1,1)"] == [ax.get_title() for ax in bottom]
+    assert {ax.get_xlabel() for ax in top} == {"# rounds"} and {ax.get_xlabel() for ax in bottom} == {"# communication rounds"}
+    assert set(lines(top[0])) == {"FedAvg", "FedProx (μ=1)", "FedDANE (μ=0.01)", "SCAFFOLD",
+                                  "FedDANE, pipelined (μ=0.01)"}
+    ends = {label: max(line.get_xdata()) for label, line in lines(bottom[0]).items()}
+    assert ends["FedDANE (μ=0.01)"] == 8 and ends["FedDANE, pipelined (μ=0.01)"] == 4 and ends["SCAFFOLD"] == 4
+
+
 def test_tuning_figure_marks_the_chosen_mu_and_diverged_runs(tmp_path, drawn):
     runs = [fake_run(tmp_path, mu=mu, seed=s, losses=losses)
             for mu, losses in ((0, BLOWUP[:2] + [math.inf] * 3), (0.1, LOSSES), (1, [3, 2, 2, 2, 2]))

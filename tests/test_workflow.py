@@ -99,7 +99,8 @@ def test_lint_is_clean():
 # K = 30, E = 1; all of it per seed. The FedDANEs' runs of Figures 2 and 3 join once `tune`
 # has chosen Figure 1's mu.
 SEEDS = 2
-STATIC_TRAIN = SEEDS * (4 * 12 + 3 * 3 * 2 + 4 * 2)
+# beyond: per dataset and seed SCAFFOLD and three FedDANE variants x 5 mu (the rest shared with Figure 1)
+STATIC_TRAIN = SEEDS * (4 * 12 + 3 * 3 * 2 + 4 * 2 + 4 * (1 + 3 * 5))
 AFTER_TUNING_TRAIN = SEEDS * 2 * (3 * 3 + 4)
 
 
@@ -113,10 +114,10 @@ def test_default_dag_dry_run(tmp_path):
         "train": STATIC_TRAIN,
         "tune": 1,
         "summarise": 1,
-        "figure": 3,
+        "figure": 4,
         "tuning_figure": 1,
         "all": 1,
-        "total": STATIC_TRAIN + 11,
+        "total": STATIC_TRAIN + 12,
     }
     # paths: canonical mu text, one folder per run
     for expected in (
@@ -132,7 +133,7 @@ def test_default_dag_dry_run(tmp_path):
         "results/figures/tuning.png",
     ):
         assert expected in out, expected
-    for name in ("figure1", "figure2", "figure3"):
+    for name in ("figure1", "figure2", "figure3", "beyond"):
         for suffix in ("", "_test_acc"):
             for ext in ("pdf", "png"):
                 assert f"results/figures/{name}{suffix}.{ext}" in out
@@ -183,8 +184,9 @@ def test_mu_paths_are_canonical(tmp_path):
     code, out = snakemake(workdir, "--dry-run", "--cores", "1")
     assert code == 0, out
     runs = set(re.findall(r"results/runs/synthetic_iid/(\w+)/(mu[^_]+)_K10_E20_seed0/run\.json", out))
-    assert runs == {("fedavg", "mu0"), ("fedprox", "mu1")} | {
-        (method, mu) for method in ("feddane", "feddane_authors") for mu in ("mu0", "mu0.001", "mu1")
+    tuned = ("feddane", "feddane_authors", "feddane_decayed", "feddane_pipelined", "feddane_exact_gradient")
+    assert runs == {("fedavg", "mu0"), ("fedprox", "mu1"), ("scaffold", "mu0")} | {
+        (method, mu) for method in tuned for mu in ("mu0", "mu0.001", "mu1")
     }
 
 
@@ -532,7 +534,9 @@ def test_authors_config_replays_their_runs(tmp_path):
     few = {"datasets": ["synthetic_iid"], "methods": ["fedavg", "feddane_authors"]}
     overlay = {"experiments": {"figure1": {**one_panel, "methods": ["fedavg", "fedprox", "feddane_authors"]},
                                "figure2": {**few, "clients_per_round": 10, "rounds": AUTHORS_ROUNDS},
-                               "figure3": {**few, "rounds": 2}}}
+                               "figure3": {**few, "rounds": 2},
+                               "beyond": {"datasets": ["synthetic_iid"], "methods": ["fedavg", "scaffold"],
+                                          "rounds": 2}}}
     (workdir / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     code, out = snakemake(workdir, "--cores", "2", "--configfile", "config/authors.yaml", "overlay.yaml")
     assert code == 0, out

@@ -184,10 +184,10 @@ def _tune(args) -> None:
 def _figure(args) -> None:
     import pandas as pd
 
-    from .figures import experiment_figure
+    from . import figures
 
     tuned = pd.read_csv(args.tuned) if args.tuned else None
-    experiment_figure(args.runs, tuned, args.out, metric=args.metric, x_axis=args.x_axis)
+    getattr(figures, args.command)(args.runs, tuned, args.out, metric=args.metric, x_axis=args.x_axis)
 
 
 def _tuning_figure(args) -> None:
@@ -338,7 +338,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     figures = {"figure1": "Figure 1: FedAvg, FedProx, FedDANE per dataset (K = 10, E = 20)",
                "figure2": "Figure 2: participation, one row per dataset, one column per K",
-               "figure3": "Figure 3: E = 1 and many devices per round, one panel per dataset"}
+               "figure3": "Figure 3: E = 1 and many devices per round, one panel per dataset",
+               "beyond": "beyond the paper: every method, against rounds and communication rounds"}
     for name, help_text in figures.items():
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--tuned", help="tuned_mu.csv: shows FedDANE at the chosen mu where the runs hold several")

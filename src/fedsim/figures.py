@@ -170,6 +170,32 @@ def _setting_text(key: tuple, show: list) -> list[str]:
 figure1 = figure2 = figure3 = experiment_figure  # the paper's figures differ in their runs only
 
 
+def beyond_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
+                  x_axis: str = "rounds") -> None:
+    """Beyond the paper: one column per dataset (one setting each), the metric against rounds in
+    the top row and against communication rounds below (FedDANE's family spends 2 a round, the
+    pipelined one 1). Each tuned method at its tuned mu. `x_axis` is ignored: both are drawn."""
+    runs = load_runs(info_paths)
+    panels: dict[tuple, list] = {}
+    for run in runs:
+        panels.setdefault(setting(run[1]), []).append(run)
+    keys = sorted(panels, key=lambda key: panel_order(panels[key][0][1]))
+    fig, axes = plt.subplots(2, len(keys), figsize=(3.6 * len(keys), 6.2), squeeze=False)
+    for col, key in enumerate(keys):
+        for row, axis in enumerate(("rounds", "communication_rounds")):
+            ax = axes[row][col]
+            x, x_label = X_AXES[axis]
+            _panel(ax, panels[key], tuned, metric, x)
+            ax.set_title(dataset_title(panels[key][0][1]), fontsize=10)
+            ax.set_xlabel(x_label)
+            ax.set_ylabel(METRICS.get(metric, metric))
+    fig.suptitle(", ".join(_setting_text(keys[0], [True] * 3)) + "; band: min-max over seeds", fontsize=10)
+    save(fig, out)
+
+
+beyond = beyond_figure
+
+
 def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods=TUNED) -> None:
     """The tuning criterion (mean training loss over the last rounds) against mu, one panel
     per dataset, one line per tuned method and setting; band: min-max over seeds; a star marks
