@@ -153,3 +153,18 @@ def test_method_state_survives_a_resume_and_matters(data, tmp_path, method, mu):
         value.zero_()
     torch.save(saved, checkpoint.path)
     assert metrics_bytes(cfg, tmp_path / "y", checkpoint)[0] != reference
+
+
+def test_a_run_logging_the_theory_resumes_bit_identical(data, tmp_path):
+    """--theory keeps the power iteration's warm start as run state: checkpointed with the rest."""
+    cfg = config(data, theory=True)
+    reference, _ = metrics_bytes(cfg, tmp_path)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7)
+    run(config(data, theory=True, rounds=ROUNDS - 1), checkpoint=checkpoint)
+    saved = torch.load(checkpoint.path, weights_only=True)
+    assert saved["state"]["theory_vector"].any()
+    from fedsim.train import _fingerprint
+    saved["settings"] = _fingerprint(cfg)
+    torch.save(saved, checkpoint.path)
+    resumed, record = metrics_bytes(cfg, tmp_path / "x", checkpoint)
+    assert record["result"]["resumed_from_round"] == 35 and resumed == reference

@@ -310,6 +310,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
     p.add_argument("--threads", type=COUNT, default=1)
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--theory", action="store_true",
+                   help="log the convergence theorems' constants every round: the Hessian's top eigenvalue L, the "
+                        "local solutions' inexactness gamma, ||grad f||^2 and Theorem 1's rho (MCLR only)")
     p.add_argument("--load", choices=["auto", "memory", "stream"], default="auto",
                    help="train split held in memory, or each round's devices read from the file "
                         "(auto: stream above 1 GiB)")

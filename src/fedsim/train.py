@@ -82,6 +82,7 @@ class RunConfig:
     rng: str = "fedsim"               # fedsim | authors: whose selection and mini-batch draws (fedsim.authors)
     init: str | None = None           # .npz initial model ({seed}: the run's seed); None: fedsim's own draw
     options: dict = field(default_factory=dict)  # the method's settings (fedsim.methods), every one filled in
+    theory: bool = False              # log the theorems' constants every round (fedsim.theory; MCLR only)
 
     def __post_init__(self):
         """A variant name becomes its method and options; the options get their defaults (an unknown
@@ -188,6 +189,8 @@ def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
                          "models only")
     if config.init is not None:
         initial_params(config, model, dtype)
+    if config.theory and not hasattr(model, "tensors"):
+        raise ValueError("bad run setting theory=True: the theorems' constants are measured for the MCLR models only")
 
 
 def input_layout(model, dtype: torch.dtype) -> tuple[int, torch.dtype]:
@@ -318,7 +321,8 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
         dataset_record = {"name": dataset.name, "kind": dataset.kind, "devices": dataset.num_devices,
                           "provenance": dataset.attrs.get("provenance")}
 
-    metrics = pd.DataFrame(rows, columns=["round", "communication_rounds", *COLUMNS])
+    metrics = pd.DataFrame(rows, columns=["round", "communication_rounds", *COLUMNS,
+                                          *(THEORY_COLUMNS if config.theory else [])])
     last = metrics.iloc[-1]
     record = {
         "config": dataclasses.asdict(config),
@@ -377,11 +381,13 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list
     state = {f"method.{k}": v for k, v in method.init(params, data.dataset.num_devices).items()}
     if config.rng == "authors":
         state["epochs_done"] = torch.zeros(data.dataset.num_devices, dtype=torch.int64)
+    if config.theory:  # the power iteration's start: the last round's top eigenvector
+        state["theory_vector"] = torch.ones_like(params)
     rows, start = [], 0
     saved = checkpoint.load(config, params, state) if checkpoint is not None else None
     if saved is not None:
         start, params, rows, state = saved
-        state = {k: v.to(params.device) if k.startswith("method.") else v for k, v in state.items()}
+        state = {k: v if k == "epochs_done" else v.to(params.device) for k, v in state.items()}
     for t in range(start, config.rounds + 1):
         if checkpoint is not None and t > start and t % checkpoint.every == 0:
             checkpoint.save(config, t, params, rows, state)
@@ -404,11 +410,36 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list
         method_state = {k[len("method."):]: v for k, v in state.items() if k.startswith("method.")}
         problem = method.local_problem(ctx, method_state)
         local_models = local_sgd(model, params, problem, train, solvers, settings, t)
+        if config.theory:
+            rows[-1].update(measure_theory(model, params, problem, local_models, train, solvers, data.eval_train,
+                                           rows[-1], state))
         params, method_state = method.server_update(ctx, method_state, local_models)
         state.update({f"method.{k}": v for k, v in method_state.items()})
         if "epochs_done" in state:  # uniform selection: no device twice in a round
             state["epochs_done"][torch.from_numpy(solvers)] += config.epochs
     return rows, None, (start or None)
+
+
+THEORY_COLUMNS = ["hessian_max", "inexactness", "grad_norm_sq", "rho"]
+
+
+def measure_theory(model, params, problem, local_models, train: Clients, solvers, eval_train: Clients, row: dict,
+                   state: dict) -> dict:
+    """Theorem 1's constants for the round that starts at `params` (metrics row `row`): L, gamma,
+    ||grad f||^2 and rho. The power iteration starts from the last round's eigenvector, run state
+    (checkpointed: the start moves L within the iteration's tolerance, and a resumed run must
+    end bit-identical)."""
+    from . import theory
+
+    x, y = eval_train.x[:-1], eval_train.y[:-1]
+    lipschitz, state["theory_vector"] = theory.hessian_max(model, params, x, state["theory_vector"])
+    gamma = theory.inexactness(model, params, local_models, problem.mu, problem.correction,
+                               [train.subset([k])[:2] for k in solvers])
+    sizes = eval_train.sizes
+    grads = model.device_grads(params, x, y, eval_train.offsets).flatten(1)
+    grad_f = torch.from_numpy(sizes / sizes.sum()).to(grads) @ grads
+    return {"hessian_max": lipschitz, "inexactness": gamma, "grad_norm_sq": float(grad_f.square().sum()),
+            "rho": theory.rho(problem.mu, gamma, lipschitz, row["b_dissimilarity"])}
 
 
 def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
