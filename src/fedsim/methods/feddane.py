@@ -50,13 +50,13 @@ def authors_subtrahend(model, own):
     """What the authors' code subtracts from g_t in place of each device's gradient: tensor i
     of the model gets the scalar gprev[i], gprev being the device's second gradient tensor."""
     if not hasattr(model, "tensors"):
-        raise ValueError("feddane_correction=authors is defined for the MCLR models only "
+        raise ValueError("the authors' correction (feddane_authors) is defined for the MCLR models only "
                          "(the authors' FedDANE never ran on the LSTM models)")
     out = own.new_empty(own.shape)
     gprev = model.tensors(own)[1]  # (devices, classes): each device's bias gradient
     views = model.tensors(out)
     if gprev.shape[-1] < len(views):  # zip() would stop early and leave a tensor's term stale
-        raise ValueError(f"feddane_correction=authors needs >= {len(views)} classes")
+        raise ValueError(f"the authors' correction (feddane_authors) needs >= {len(views)} classes")
     for i, view in enumerate(views):
         scalar = gprev[:, i].reshape(-1, *([1] * (view.dim() - 1)))
         view.copy_(scalar.expand_as(view))
