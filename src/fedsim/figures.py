@@ -233,7 +233,13 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
             ax.set_ylim(top=top * 1.05)  # room for the crosses of diverged runs
         ax.set_title(dataset_title(first[name]), fontsize=10)
         ax.set_xlabel("μ")
-        ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")
+        if several:  # labels and colours differ by panel: each its own legend
+            ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")
+    if not any(each.get_legend() for each in axes[0]):  # a colour per method everywhere: one legend, in the first panel
+        handles = {}
+        for each in axes[0]:
+            handles.update(zip(*reversed(each.get_legend_handles_labels())))
+        axes[0][0].legend(handles.values(), handles.keys(), fontsize=7, framealpha=0.8, edgecolor="none")
     axes[0][0].set_ylabel(f"training loss, last {fraction:g} of rounds")
     save(fig, out)
 

@@ -254,8 +254,9 @@ class Checkpoint:
     """Where and how often a run saves its state, to continue after a kill.
 
     fedsim's randomness is a function of (seed, round, device), never of a generator's
-    state, so the global model, the metrics so far and the run's `state` (the authors'
-    shuffle: each device's epoch count) are the whole state: a resumed run ends
+    state, so the global model, the metrics so far and the run's `state` (the method's own,
+    as SCAFFOLD's control variates; the authors' shuffle: each device's epoch count; with
+    `theory`, the power iteration's start) are the whole state: a resumed run ends
     bit-identical to one never interrupted. The file is written atomically; one that cannot
     be read, or belongs to other settings, is ignored with a warning.
     """
@@ -411,8 +412,9 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint) -> tuple[list
         problem = method.local_problem(ctx, method_state)
         local_models = local_sgd(model, params, problem, train, solvers, settings, t)
         if config.theory:
-            rows[-1].update(measure_theory(model, params, problem, local_models, train, solvers, data.eval_train,
-                                           rows[-1], state))
+            constants, state["theory_vector"] = measure_theory(model, params, problem, local_models, train, solvers,
+                                                               data.eval_train, rows[-1], state["theory_vector"])
+            rows[-1].update(constants)
         params, method_state = method.server_update(ctx, method_state, local_models)
         state.update({f"method.{k}": v for k, v in method_state.items()})
         if "epochs_done" in state:  # uniform selection: no device twice in a round
@@ -424,22 +426,23 @@ THEORY_COLUMNS = ["hessian_max", "inexactness", "grad_norm_sq", "rho"]
 
 
 def measure_theory(model, params, problem, local_models, train: Clients, solvers, eval_train: Clients, row: dict,
-                   state: dict) -> dict:
+                   start: torch.Tensor) -> tuple[dict, torch.Tensor]:
     """Theorem 1's constants for the round that starts at `params` (metrics row `row`): L, gamma,
-    ||grad f||^2 and rho. The power iteration starts from the last round's eigenvector, run state
-    (checkpointed: the start moves L within the iteration's tolerance, and a resumed run must
-    end bit-identical)."""
+    ||grad f||^2 and rho; and the Hessian's top eigenvector, where the next round's power iteration
+    starts (run state, checkpointed: the start moves L within the iteration's tolerance, and a
+    resumed run must end bit-identical)."""
     from . import theory
 
     x, y = eval_train.x[:-1], eval_train.y[:-1]
-    lipschitz, state["theory_vector"] = theory.hessian_max(model, params, x, state["theory_vector"])
+    lipschitz, vector = theory.hessian_max(model, params, x, start)
     gamma = theory.inexactness(model, params, local_models, problem.mu, problem.correction,
                                [train.subset([k])[:2] for k in solvers])
     sizes = eval_train.sizes
     grads = model.device_grads(params, x, y, eval_train.offsets).flatten(1)
     grad_f = torch.from_numpy(sizes / sizes.sum()).to(grads) @ grads
-    return {"hessian_max": lipschitz, "inexactness": gamma, "grad_norm_sq": float(grad_f.square().sum()),
-            "rho": theory.rho(problem.mu, gamma, lipschitz, row["b_dissimilarity"])}
+    constants = {"hessian_max": lipschitz, "inexactness": gamma, "grad_norm_sq": float(grad_f.square().sum()),
+                 "rho": theory.rho(problem.mu, gamma, lipschitz, row["b_dissimilarity"])}
+    return constants, vector
 
 
 def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -210,9 +210,9 @@ def variant_of(config: dict) -> str:
     """The name (method or variant) of what a run's config (run.json's `config`, or a runs.csv row) ran."""
     name, options = resolve(config["method"], options_of(config))
     method = REGISTRY[name]
-    for name, variant in method.variants.items():
+    for variant_name, variant in method.variants.items():
         if all(options[k] == v for k, v in variant.options.items()):
-            return name
+            return variant_name
     return method.name
 
 
