@@ -149,6 +149,17 @@ CASES = [
      "experiments.figure2.mu_from", "experiment figure1 does not run feddane_authors"),
     ("unknown_top_key", at("colour", "blue"), "colour", "unknown key"),
     ("load", at("datasets.synthetic_iid.load", "disk"), "datasets.synthetic_iid.load", "'disk' is not one of"),
+    ("theory_figure_without_theory", at("experiments.theory.theory", False), "experiments.theory.theory",
+     "must be true for figure: theory"),
+    ("theory_on_an_lstm", both(at("datasets.tweets", {"kind": "sent140", "lr": 0.3, "batch_size": 10, "rounds": 20,
+                                                      "fedprox_mu": 0.01}),
+                               at("experiments.theory.datasets", ["tweets"])), "experiments.theory.theory",
+     "MCLR models only, not tweets"),
+    ("fixed_mu_and_mu_from", at("experiments.theory.mu_from", "figure1"), "experiments.theory.mu_from",
+     "not with `mu`"),
+    ("mu_from_a_fixed_mu_experiment", at("experiments.figure2.mu_from", "theory"), "experiments.figure2.mu_from",
+     "'theory' is not another experiment that tunes mu"),
+    ("fixed_mu_negative", at("experiments.theory.mu", [1, -1]), "experiments.theory.mu[1]", "less than the minimum"),
 ]
 
 

@@ -2,12 +2,14 @@
 diverging curve that must not squash the others, the x-axis option and the tuning figure."""
 
 import math
+from pathlib import Path
 
 import matplotlib.collections
 import pandas as pd
 import pytest
 
 from fedsim import cli, figures
+from fedsim.train import read_run, write_run
 
 from test_summary import fake_run
 
@@ -19,7 +21,7 @@ BLOWUP = [3.0, 5.0, 40.0, 300.0, 2000.0]
 def drawn(monkeypatch):
     """The figure objects the plotting functions would save."""
     figs = []
-    monkeypatch.setattr(figures, "save", lambda fig, out: figs.append(fig))
+    monkeypatch.setattr(figures, "save", lambda fig, out, **_: figs.append(fig))
     return figs
 
 
@@ -157,3 +159,42 @@ def test_cli_writes_pdf_and_png(tmp_path):
     for name in ("figure2_test_acc", "tuning"):
         for ext in ("pdf", "png"):
             assert (tmp_path / "figs" / f"{name}.{ext}").stat().st_size > 0
+
+
+def theory_run(folder, dataset, mu, rho, grad_norm_sq, losses, alpha=0.0, iid=False):
+    """A FedDANE run record logged with --theory: rho and ||grad f||^2 per round (the last NaN,
+    as train.run logs them: no round follows the last model)."""
+    info = fake_run(folder, mu=mu, losses=losses, dataset=dataset, alpha=alpha, iid=iid)
+    metrics, record = read_run(info)
+    metrics["rho"], metrics["grad_norm_sq"] = [*rho, math.nan], [*grad_norm_sq, math.nan]
+    record["config"]["theory"] = True
+    write_run(metrics, record, Path(info).parent / "metrics.csv", info)
+    return info
+
+
+def test_decrease_table_pairs_each_rounds_bound_with_the_next_rounds_loss(tmp_path):
+    info = theory_run(tmp_path, "synthetic_iid", 10, rho=[0.1, -0.2, 0.5], grad_norm_sq=[4.0, 1.0, 1.0],
+                      losses=[3.0, 2.0, 1.5, 1.4], iid=True)
+    table = figures.decrease_table(read_run(info)[0])
+    assert table["round"].tolist() == [0, 1, 2]
+    assert table["bound"].tolist() == pytest.approx([0.4, -0.2, 0.5])
+    assert table["observed"].tolist() == pytest.approx([1.0, 0.5, 0.1])
+
+
+def test_theory_figure_has_a_panel_per_dataset_and_mu_and_counts_the_bound(tmp_path, drawn):
+    runs = [theory_run(tmp_path, name, mu, rho=[0.1, -0.2, 0.5], grad_norm_sq=[4.0, 1.0, 1.0],
+                       losses=[3.0, 2.0, 1.5, 1.4], alpha=alpha, iid=alpha is None)
+            for name, alpha in (("synthetic_1_1", 1.0), ("synthetic_iid", None)) for mu in (100, 1)]
+    figures.theory_figure(runs, tmp_path / "theory.pdf")
+    axes = drawn[0].axes
+    assert [ax.get_title() for ax in axes] == ["Synthetic IID, μ = 1", "Synthetic IID, μ = 100",
+                                               "Synthetic (1,1), μ = 1", "Synthetic (1,1), μ = 100"]
+    # rounds 0 and 2 have rho > 0; round 0's decrease 1.0 meets its bound 0.4, round 2's 0.1 misses 0.5
+    assert axes[0].texts[0].get_text() == "ρ > 0: 2/3 rounds\nbound met: 1/2"
+    assert len(axes[0].patches) == 2  # the shaded rounds
+    assert set(lines(axes[0])) == {"observed f(wᵗ) − f(wᵗ⁺¹)", "guaranteed ρ‖∇f(wᵗ)‖²"}
+
+
+def test_theory_figure_refuses_runs_without_the_constants(tmp_path, drawn):
+    with pytest.raises(ValueError, match="without the theory's constants"):
+        figures.theory_figure([fake_run(tmp_path, mu=1)], tmp_path / "theory.pdf")

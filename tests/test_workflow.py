@@ -99,8 +99,10 @@ def test_lint_is_clean():
 # K = 30, E = 1; all of it per seed. The FedDANEs' runs of Figures 2 and 3 join once `tune`
 # has chosen Figure 1's mu.
 SEEDS = 2
-# beyond: per dataset and seed SCAFFOLD and three FedDANE variants x 5 mu (the rest shared with Figure 1)
-STATIC_TRAIN = SEEDS * (4 * 12 + 3 * 3 * 2 + 4 * 2 + 4 * (1 + 3 * 5))
+# beyond: per dataset and seed SCAFFOLD and three FedDANE variants x 5 mu (the rest shared with Figure 1);
+# theory: FedDANE at 3 fixed mu on the 4 datasets, one seed, runs of their own (they log the constants)
+THEORY_TRAIN = 4 * 3
+STATIC_TRAIN = SEEDS * (4 * 12 + 3 * 3 * 2 + 4 * 2 + 4 * (1 + 3 * 5)) + THEORY_TRAIN
 AFTER_TUNING_TRAIN = SEEDS * 2 * (3 * 3 + 4)
 
 
@@ -116,8 +118,9 @@ def test_default_dag_dry_run(tmp_path):
         "summarise": 1,
         "figure": 4,
         "tuning_figure": 1,
+        "theory_figure": 1,
         "all": 1,
-        "total": STATIC_TRAIN + 12,
+        "total": STATIC_TRAIN + 13,
     }
     # paths: canonical mu text, one folder per run
     for expected in (
@@ -131,6 +134,8 @@ def test_default_dag_dry_run(tmp_path):
         "results/summary/runs.csv",
         "results/summary/tuned_mu.csv",
         "results/figures/tuning.png",
+        "results/runs/synthetic_1_1/feddane/mu100_K10_E20_theory_seed0/run.json",
+        "results/figures/theory.png",
     ):
         assert expected in out, expected
     for name in ("figure1", "figure2", "figure3", "beyond"):
@@ -148,6 +153,10 @@ def test_default_dag_dry_run(tmp_path):
     ), out
     assert re.search(r"--data results/datasets/synthetic_0_0\.h5 --method feddane_authors"
                      r" --rng fedsim --mu 0\.01 ", out), out
+    # only the theory experiment's runs log the constants, and they are all of its runs
+    theory_jobs = re.findall(r"python -m fedsim\.warm train [^\n]* --theory [^\n]*", out)
+    assert len(theory_jobs) == THEORY_TRAIN and all("_theory_seed0/run.json" in job for job in theory_jobs)
+    assert "_theory_seed1" not in out
 
 
 def test_per_setting_tuning_runs_the_grid_everywhere(tmp_path):
@@ -342,7 +351,8 @@ TINY_GRID = [0, 1]
 TINY_SEEDS = [0, 1]  # Figure 1's; the others use the top-level seeds: [0]
 # Figure 1: every (method, mu) x 2 seeds; Figure 2 adds K = 1 (K = 3 is Figure 1's, seed 0);
 # Figure 3 adds K = 8 (all devices), E = 2. Figures 2 and 3 run each FedDANE at Figure 1's mu.
-TINY_RUNS = len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 4 + 4)
+# The theory experiment: one FedDANE run at a fixed mu with the constants logged.
+TINY_RUNS = len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 4 + 4) + 1
 FIGURES = ["figure1", "figure2", "figure3"]
 
 
@@ -358,6 +368,8 @@ def tiny_config():
         "figure2": {"figure": "figure2", **common, "clients_per_round": [1, 3], "mu_from": "figure1"},
         "figure3": {"figure": "figure3", **common, "clients_fraction": {"default": 1.0}, "epochs": 2,
                     "mu_from": "figure1"},
+        "theory": {"figure": "theory", "theory": True, "datasets": TINY_DATASETS[:1], "methods": ["feddane"],
+                   "mu": [10], "clients_per_round": 3, "epochs": 1},
     }
     return cfg
 
@@ -399,7 +411,12 @@ def test_tiny_real_run(tiny_run):
     for row in rows:
         if row["method"].startswith("feddane") and row["clients_per_round"] != "3":
             assert float(row["mu"]) == chosen[row["dataset"], row["method"]], row
-    for name in FIGURES + [f"{f}_test_acc" for f in FIGURES] + ["tuning"]:
+    # the theory experiment's run logs the constants, under a path of its own
+    [theory] = [r for r in rows if r["theory"] == "True"]
+    assert (theory["dataset"], theory["method"], theory["mu"]) == ("synthetic_iid", "feddane", "10.0")
+    theory_metrics = read_csv(results / "runs" / "synthetic_iid" / "feddane" / "mu10_K3_E1_theory_seed0" / "metrics.csv")
+    assert all(key in theory_metrics[0] for key in ("hessian_max", "inexactness", "grad_norm_sq", "rho"))
+    for name in FIGURES + [f"{f}_test_acc" for f in FIGURES] + ["tuning", "theory"]:
         for ext in ("png", "pdf"):
             assert (results / "figures" / f"{name}.{ext}").stat().st_size > 0, name
     for name in TINY_DATASETS:
@@ -418,7 +435,7 @@ def test_tiny_real_run(tiny_run):
     assert (tiny_run / "report.html").stat().st_size > 0
     for name in [f"{f}.png" for f in FIGURES] + [f"{f}_test_acc.png" for f in FIGURES]:
         assert f"Adding {name}" in out, out
-    for name in ("tuning.png", "runs.csv", "tuned_mu.csv"):
+    for name in ("tuning.png", "theory.png", "runs.csv", "tuned_mu.csv"):
         assert f"Adding {name}" in out, out
 
 
@@ -460,16 +477,15 @@ def test_code_changes_rerun_what_they_touch(tiny_run):
     assert code == 0 and "Nothing to be done" in out, out
     # editing FedDANE's file reruns the FedDANE runs only (and what depends on them)
     feddane = code_dir / "methods" / "feddane.py"
-    if not feddane.is_file():
-        pytest.skip("the package has no methods/feddane.py")
     original = feddane.read_text()
     try:
         feddane.write_text(original + "\n# edited by the workflow test\n")
         code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
         assert code == 0, out
         counts = job_counts(out)
-        # both FedDANEs' tuning runs; Figures 2 and 3's FedDANE runs follow once tuning has rerun
-        assert counts["train"] == len(TINY_DATASETS) * 2 * len(TINY_GRID) * len(TINY_SEEDS)
+        # both FedDANEs' tuning runs and the theory run; Figures 2 and 3's FedDANE runs follow once
+        # tuning has rerun
+        assert counts["train"] == len(TINY_DATASETS) * 2 * len(TINY_GRID) * len(TINY_SEEDS) + 1
         assert "generate_synthetic" not in counts
         assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
     finally:
@@ -492,10 +508,10 @@ def test_figure_code_edit_redraws_only_figures_for_real(tiny_run):
     code, out = edited(figures, lambda: snakemake(tiny_run, "--cores", "2"))
     assert code == 0, out
     ran = set(job_counts(out)) - {"all", "total"}
-    assert ran == {"figure", "tuning_figure"}, out
+    assert ran == {"figure", "tuning_figure", "theory_figure"}, out
     # with the edit undone the figures are out of date again, and only they
     code, out = snakemake(tiny_run, "--cores", "2")
-    assert code == 0 and set(job_counts(out)) - {"all", "total"} == {"figure", "tuning_figure"}, out
+    assert code == 0 and set(job_counts(out)) - {"all", "total"} == {"figure", "tuning_figure", "theory_figure"}, out
 
 
 @needs_cli
@@ -504,8 +520,8 @@ def test_shared_engine_edit_reruns_every_training_run(tiny_run):
     code, out = edited(engine, lambda: snakemake(tiny_run, "--dry-run", "--cores", "1"))
     assert code == 0, out
     counts = job_counts(out)
-    # every run known before tuning (FedDANE's of Figures 2 and 3 follow once tuning reran)
-    assert counts["train"] == len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2), out
+    # every run known before tuning (FedDANE's of Figures 2 and 3 follow once tuning reran), the theory run
+    assert counts["train"] == len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2) + 1, out
     assert "generate_synthetic" not in counts
 
 
@@ -536,7 +552,8 @@ def test_authors_config_replays_their_runs(tmp_path):
                                "figure2": {**few, "clients_per_round": 10, "rounds": AUTHORS_ROUNDS},
                                "figure3": {**few, "rounds": 2},
                                "beyond": {"datasets": ["synthetic_iid"], "methods": ["fedavg", "scaffold"],
-                                          "rounds": 2}}}
+                                          "rounds": 2},
+                               "theory": {"datasets": ["synthetic_iid"], "rounds": 2, "mu": [10]}}}
     (workdir / "overlay.yaml").write_text(yaml.safe_dump(overlay))
     code, out = snakemake(workdir, "--cores", "2", "--configfile", "config/authors.yaml", "overlay.yaml")
     assert code == 0, out

@@ -190,6 +190,12 @@ def _figure(args) -> None:
     getattr(figures, args.command)(args.runs, tuned, args.out, metric=args.metric, x_axis=args.x_axis)
 
 
+def _theory_figure(args) -> None:
+    from .figures import theory_figure
+
+    theory_figure(args.runs, args.out)
+
+
 def _tuning_figure(args) -> None:
     import pandas as pd
 
@@ -352,6 +358,11 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
         p.add_argument("runs", nargs="+")
         p.set_defaults(func=_figure)
+
+    p = sub.add_parser("theory-figure", help="Theorem 1 on the data: rho > 0 and the observed decrease, per dataset and mu")
+    p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
+    p.add_argument("runs", nargs="+", help="run.json files of runs trained with --theory")
+    p.set_defaults(func=_theory_figure)
 
     p = sub.add_parser("tuning-figure", help="FedDANE's tail training loss against mu, per dataset")
     p.add_argument("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)")

@@ -14,7 +14,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -196,6 +196,77 @@ def beyond_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "tr
 beyond = beyond_figure
 
 
+def decrease_table(metrics: pd.DataFrame) -> pd.DataFrame:
+    """Per round t (where the theory was logged): rho, Theorem 1's guaranteed decrease
+    rho ||grad f(w^t)||^2 and the observed one f(w^t) - f(w^{t+1}), f the training loss."""
+    table = pd.DataFrame({"round": metrics["round"], "rho": metrics["rho"],
+                          "bound": metrics["rho"] * metrics["grad_norm_sq"],
+                          "observed": metrics["train_loss"] - metrics["train_loss"].shift(-1)})
+    return table[np.isfinite(table["rho"]) & np.isfinite(table["observed"])]
+
+
+SYMLOG_FLOOR = 1e-3  # decreases smaller than this are drawn on a linear scale around 0
+
+
+def _symlog_ticks(largest: float) -> list[float]:
+    """0 and +-powers of ten up to `largest`, at most three a side (every decade crowds the axis)."""
+    top = max(int(np.ceil(np.log10(max(largest, SYMLOG_FLOOR)))), int(np.log10(SYMLOG_FLOOR)))
+    decades = list(range(int(np.log10(SYMLOG_FLOOR)), top + 1))
+    if len(decades) > 3:  # the floor's own tick would sit on 0's
+        decades = decades[1:]
+    kept = decades[::-(-len(decades) // 3)]
+    return [0.0, *(10.0 ** k for k in kept), *(-(10.0 ** k) for k in kept)]
+
+
+def theory_figure(info_paths, out) -> None:
+    """Theorem 1 on the data: one row per dataset, one column per mu (runs with --theory). In
+    each panel the observed decrease of the training loss and the decrease the theorem
+    guarantees, rho ||grad f||^2, against rounds (symlog axis: both change sign); a shaded round
+    has rho > 0, where the bound promises progress. The text counts the rounds with rho > 0 and,
+    among them, those whose observed decrease met the bound (the theorem bounds an expectation:
+    one run is one draw of it). Several seeds: every seed's rounds are counted, their means drawn."""
+    runs = [(m, r) for m, r in load_runs(info_paths)]
+    for _, record in runs:
+        if not record["config"].get("theory"):
+            raise ValueError(f"{record['dataset']['name']}: a run without the theory's constants (train --theory)")
+    first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
+    datasets = sorted(first, key=lambda name: panel_order(first[name]))
+    mus = sorted({r["config"]["mu"] for _, r in runs})
+    fig, axes = plt.subplots(len(datasets), len(mus), figsize=(3.3 * len(mus), 2.4 * len(datasets) + 0.6),
+                             squeeze=False, sharex=True)
+    for i, name in enumerate(datasets):
+        for j, mu in enumerate(mus):
+            ax = axes[i][j]
+            tables = [decrease_table(m) for m, r in runs if r["dataset"]["name"] == name and r["config"]["mu"] == mu]
+            if tables:
+                _decrease_panel(ax, tables)
+            ax.set_title(f"{dataset_title(first[name])}, μ = {mu:g}", fontsize=9)
+            ax.set_xlabel("round" if i == len(datasets) - 1 else "")
+    key = setting(runs[0][1])
+    fig.suptitle(f"{LABELS[variant_of(runs[0][1]['config'])]}, " + ", ".join(_setting_text(key, [True] * 3))
+                 + "; shaded: ρ > 0", fontsize=10)
+    fig.legend(*axes[0][0].get_legend_handles_labels(), loc="lower center", ncol=2, fontsize=8, frameon=False)
+    save(fig, out, rect=(0, 0.5 / fig.get_figheight(), 1, 1))  # room for the legend below the panels
+
+
+def _decrease_panel(ax, tables: list[pd.DataFrame]) -> None:
+    every = pd.concat(tables)
+    mean = every.groupby("round")[["rho", "bound", "observed"]].mean()
+    positive = mean.index[mean["rho"] > 0]
+    for t in positive:
+        ax.axvspan(t - 0.5, t + 0.5, color="tab:green", alpha=0.15, lw=0)
+    ax.plot(mean.index, mean["observed"], color="0.2", lw=1.0, label="observed f(wᵗ) − f(wᵗ⁺¹)")
+    ax.plot(mean.index, mean["bound"], color="tab:red", lw=1.2, label="guaranteed ρ‖∇f(wᵗ)‖²")
+    ax.axhline(0, color="0.6", lw=0.6)
+    ax.set_yscale("symlog", linthresh=SYMLOG_FLOOR)
+    ax.yaxis.set_major_locator(FixedLocator(_symlog_ticks(mean[["bound", "observed"]].abs().max().max())))
+    held = every[every["rho"] > 0]
+    met = int((held["observed"] >= held["bound"]).sum())
+    text = f"ρ > 0: {len(held)}/{len(every)} rounds" + (f"\nbound met: {met}/{len(held)}" if len(held) else "")
+    ax.text(0.98, 0.97, text, transform=ax.transAxes, ha="right", va="top", fontsize=7,
+            bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
+
+
 def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods=TUNED) -> None:
     """The tuning criterion (mean training loss over the last rounds) against mu, one panel
     per dataset, one line per tuned method and setting; band: min-max over seeds; a star marks
@@ -253,11 +324,12 @@ def _log_labels(every: bool) -> FuncFormatter:
     return FuncFormatter(label)
 
 
-def save(fig, out) -> None:
-    """Write `out` (.pdf) and the .png beside it, each atomically."""
+def save(fig, out, rect=(0, 0, 1, 1)) -> None:
+    """Write `out` (.pdf) and the .png beside it, each atomically; the panels fill `rect` (figure
+    fractions: left, bottom, right, top)."""
     out = str(out)
     stem = out[: -len(".pdf")] if out.endswith(".pdf") else out
-    fig.tight_layout()
+    fig.tight_layout(rect=rect)
     for ext in ("pdf", "png"):
         with atomic_path(f"{stem}.{ext}") as tmp:
             fig.savefig(tmp, format=ext, dpi=150)

@@ -16,7 +16,7 @@ from .methods import resolve, variant_of
 from .train import RunConfig, read_run
 
 SETTING_COLUMNS = ["dataset", "method", "mu", "clients_per_round", "epochs", "seed", "rounds", "lr",
-                   "batch_size", "selection", "second_subset", "options", "rng", "init"]
+                   "batch_size", "selection", "second_subset", "options", "rng", "init", "theory"]
 # what a record written before a setting existed ran with: the setting's default
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
 RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",

@@ -216,7 +216,7 @@ def _validate_sizes(cfg):
     for name, exp in cfg["experiments"].items():
         if exp.get("rounds", 0) > MAX_ROUNDS:
             config_error(["experiments", name, "rounds"], f"{exp['rounds']} is above the ceiling of {MAX_ROUNDS} ({hint})")
-        grid = len(exp.get("mu_grid", cfg["tuning"]["mu_grid"]))
+        grid = len(exp.get("mu", exp.get("mu_grid", cfg["tuning"]["mu_grid"])))
         per_setting = len(exp["methods"]) * grid * len(exp.get("seeds", cfg["seeds"]))
         runs += per_setting * len(exp["datasets"]) * len(as_list(exp.get("clients_per_round", 1))) \
             * len(as_list(exp["epochs"]))
@@ -265,6 +265,14 @@ def _validate_experiment(name, exp, cfg):
                 f"{', '.join(cfg['datasets'])})",
             )
         experiment_ks(name, dataset, cfg)  # stops with a config error where K is undefined
+        if exp.get("theory") and cfg["datasets"][dataset]["kind"] in LSTM_KINDS:
+            config_error(where + ["theory"], f"the theorems' constants are measured for MCLR models only, not {dataset}")
+    if exp.get("figure") == "theory" and not exp.get("theory"):
+        config_error(where + ["theory"], "must be true for figure: theory (its runs log the constants it draws)")
+    if "mu" in exp:
+        for key in ("mu_from", "mu_grid"):
+            if key in exp:
+                config_error(where + [key], "not with `mu` (the experiment's mu values are fixed)")
     if "mu_from" in exp:
         _validate_mu_from(name, exp, cfg)
 
@@ -273,7 +281,7 @@ def _validate_mu_from(name, exp, cfg):
     """The experiment named by mu_from must tune mu in ONE setting per dataset of ours."""
     where, source = ["experiments", name, "mu_from"], exp["mu_from"]
     ref = cfg["experiments"].get(source)
-    if ref is None or source == name or "mu_from" in ref:
+    if ref is None or source == name or "mu_from" in ref or "mu" in ref:
         config_error(where, f"{source!r} is not another experiment that tunes mu itself")
     for method in (m for m in exp["methods"] if method_kind(m) == "tuned"):
         if method not in ref["methods"]:
@@ -371,7 +379,7 @@ def alternatives(names):
 # Called without arguments, the run helpers return wildcard patterns for rule outputs.
 # ---------------------------------------------------------------------------------------
 
-RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "T", "seed")
+RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "T", "theory", "seed")
 
 
 def results(*parts):
@@ -390,11 +398,12 @@ def dataset_path(name="{dataset}"):
 
 
 def run_stem(
-    dataset="{dataset}", method="{method}", mu="{mu}", K="{K}", E="{E}", T="{T}", seed="{seed}"
+    dataset="{dataset}", method="{method}", mu="{mu}", K="{K}", E="{E}", T="{T}", theory="{theory}", seed="{seed}"
 ):
-    """Relative location of one training run: {dataset}/{method}/mu{mu}_K{K}_E{E}{T}_seed{seed},
-    T being the rounds tag (see rounds_tag)."""
-    return f"{dataset}/{method}/mu{fmt(mu)}_K{fmt(K)}_E{fmt(E)}{T}_seed{fmt(seed)}"
+    """Relative location of one training run: {dataset}/{method}/mu{mu}_K{K}_E{E}{T}{theory}_seed{seed},
+    T being the rounds tag (see rounds_tag), theory '_theory' where the run logs the theorems'
+    constants (an experiment's `theory: true`), else ''."""
+    return f"{dataset}/{method}/mu{fmt(mu)}_K{fmt(K)}_E{fmt(E)}{T}{theory}_seed{fmt(seed)}"
 
 
 def rounds_tag(dataset, rounds=None):
@@ -510,7 +519,7 @@ def train_code(method):
 # ---------------------------------------------------------------------------------------
 
 Run = namedtuple("Run", RUN_FIELDS)
-Setting = namedtuple("Setting", ("dataset", "K", "E", "T"))  # a run without method, mu, seed
+Setting = namedtuple("Setting", ("dataset", "K", "E", "T"))  # a run without method, mu, theory, seed
 
 
 def tuned_methods():
@@ -519,10 +528,18 @@ def tuned_methods():
     return [m for m in METHODS if method_kind(m) == "tuned" and m in used]
 
 
+def mu_source(experiment):
+    """Where an experiment's tuned methods get their mu: `fixed` (its own list `mu`, every method
+    with a proximal term runs each), `from` (the mu tuned in its `mu_from` experiment, on the
+    same dataset) or `grid` (it runs the grid and tunes itself)."""
+    exp = config["experiments"][experiment]
+    if "mu" in exp:
+        return "fixed"
+    return "from" if "mu_from" in exp and not config["tuning"]["per_setting"] else "grid"
+
+
 def tunes_mu(experiment):
-    """Whether an experiment runs the tuned methods at every mu of its grid; if not, it runs
-    them at the mu tuned in its `mu_from` experiment (on the same dataset)."""
-    return config["tuning"]["per_setting"] or "mu_from" not in config["experiments"][experiment]
+    return mu_source(experiment) == "grid"
 
 
 def settings(experiment):
@@ -564,6 +581,8 @@ def method_mus(method, setting, experiment, tuned=None, chosen_only=False):
     if ENTRIES[method].mclr_only and dataset_cfg(setting.dataset)["kind"] in LSTM_KINDS:
         return []
     kind = method_kind(method)
+    if kind != "none" and mu_source(experiment) == "fixed":
+        return exp["mu"]
     if kind == "tuned":
         if tunes_mu(experiment) and not chosen_only:
             return exp.get("mu_grid", config["tuning"]["mu_grid"])
@@ -575,7 +594,7 @@ def experiment_runs(experiment, tuned=None, chosen_only=False):
     """Training runs of one experiment (sorted, no duplicates); see method_mus."""
     exp = config["experiments"][experiment]
     runs = {
-        Run(s.dataset, method, fmt(mu), s.K, s.E, s.T, fmt(seed))
+        Run(s.dataset, method, fmt(mu), s.K, s.E, s.T, theory_tag(experiment), fmt(seed))
         for s in settings(experiment)
         for method in exp["methods"]
         for mu in method_mus(method, s, experiment, tuned, chosen_only)
@@ -597,7 +616,13 @@ def tuning_runs():
 
 def after_tuning():
     """Whether some runs are known only after tuning (an experiment with `mu_from`)."""
-    return not all(tunes_mu(name) for name in config["experiments"])
+    return any(mu_source(name) == "from" for name in config["experiments"])
+
+
+def theory_tag(experiment):
+    """'_theory' in the paths of an experiment whose runs log the theorems' constants: they cost
+    more than the same runs without, which other experiments share."""
+    return "_theory" if config["experiments"][experiment].get("theory") else ""
 
 
 def tuned_table():
@@ -615,8 +640,10 @@ def metrics_paths(runs):
     return [metrics_path(*run) for run in runs]
 
 
-def figure_experiments():
-    return [name for name, exp in config["experiments"].items() if "figure" in exp]
+def figure_experiments(theory=False):
+    """The experiments drawn by the curves' figure (or, theory=True, by the theory figure)."""
+    return [name for name, exp in config["experiments"].items()
+            if "figure" in exp and (exp["figure"] == "theory") == theory]
 
 
 FIGURE_METRICS = ("train_loss", "test_acc")  # the paper's figure and its companion
@@ -630,6 +657,8 @@ def final_targets():
     for name in figure_experiments():
         for metric in FIGURE_METRICS:
             targets += [figure_path(name, ext, metric) for ext in ("pdf", "png")]
+    for name in figure_experiments(theory=True):
+        targets += [figure_path(name, ext) for ext in ("pdf", "png")]
     if any(dataset_cfg(name)["kind"] in LEAF_KINDS for name in used_datasets()):
         targets.append(summary_path("datasets.csv"))  # only then: the default DAG stays as it was
     return targets
@@ -794,9 +823,9 @@ def train_gpus(dataset):
 
 def train_runtime(wildcards):
     """Minutes a run may take; generous: a 200-round, E = 20, K = 10 synthetic run takes
-    about 15 s on one CPU core, and the time grows with rounds x E x K."""
+    about 15 s on one CPU core, and the time grows with rounds x E x K (x 3 logging the theory)."""
     rounds = tag_rounds(wildcards.dataset, wildcards.T)
-    return 5 + rounds * int(wildcards.E) * int(wildcards.K) // 4000
+    return 5 + rounds * int(wildcards.E) * int(wildcards.K) * (3 if wildcards.theory else 1) // 4000
 
 
 def summary_runs(wildcards):
@@ -807,6 +836,11 @@ def summary_runs(wildcards):
 def figure_runs(wildcards):
     """The runs one figure shows: FedDANE at its chosen mu only."""
     return experiment_runs(wildcards.experiment, tuned_table(), chosen_only=True)
+
+
+def theory_runs(wildcards):
+    """The runs of a theory figure: every one of its experiment (its mu values are fixed)."""
+    return experiment_runs(wildcards.experiment)
 
 
 # Input functions giving the run records / metrics files of such a list of runs: named
@@ -839,5 +873,6 @@ wildcard_constraints:
     K=r"[0-9]+",
     E=r"[0-9]+",
     T=r"(_T[0-9]+)?",
+    theory=r"(_theory)?",
     seed=r"[0-9]+",
     experiment=alternatives(config["experiments"]),

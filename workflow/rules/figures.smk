@@ -77,3 +77,34 @@ rule tuning_figure:
     shell:
         "python -m fedsim.warm tuning-figure --tuned {input.tuned} --fraction {params.fraction}"
         " --out {output.pdf} {input.runs} > {log} 2>&1"
+
+
+rule theory_figure:
+    """Theorem 1 on the data: where its sufficient-decrease constant rho is positive, and whether
+    the observed loss decrease follows the bound, per dataset and mu."""
+    input:
+        runs=infos_of(theory_runs),
+        metrics=metrics_of(theory_runs),
+        code=package_code(FIGURE_CODE),
+    output:
+        pdf=figure_path(),
+        png=report(
+            figure_path(ext="png"),
+            caption="../report/theory.rst",
+            category="Figures",
+            labels={"figure": "{experiment}", "metric": "sufficient decrease"},
+        ),
+    wildcard_constraints:
+        experiment=alternatives(figure_experiments(theory=True)),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=2048,
+        runtime=10,
+    log:
+        log_path("theory_figure", "{experiment}"),
+    benchmark:
+        benchmark_path("theory_figure", "{experiment}")
+    shell:
+        "python -m fedsim.warm theory-figure --out {output.pdf} {input.runs} > {log} 2>&1"

@@ -1,4 +1,4 @@
-# Training: one job per (dataset, method, mu, K, E, rounds tag, seed).
+# Training: one job per (dataset, method, mu, K, E, rounds tag, theory tag, seed).
 # A job killed mid-run (walltime, lost node) continues from its checkpoint when rerun.
 # lr, batch size, the dataset's rounds, selection, second subset, the method's fedsim name and
 # correction term, rng, the init file's path, device, eval_devices and load are params (the init
@@ -24,7 +24,8 @@ rule train:
         run_args=run_args,
         device=lambda wildcards: train_device(wildcards.dataset),
         eval_args=lambda wildcards: eval_args(wildcards.dataset),
-        checkpoint=lambda w: checkpoint_path(w.dataset, w.method, w.mu, w.K, w.E, w.T, w.seed),
+        theory=lambda wildcards: "--theory" if wildcards.theory else "",
+        checkpoint=lambda w: checkpoint_path(w.dataset, w.method, w.mu, w.K, w.E, w.T, w.theory, w.seed),
     conda:
         "../envs/fedsim.yaml"
     threads: config["simulator"]["threads"]
@@ -43,6 +44,6 @@ rule train:
         " --batch-size {params.batch_size} --lr {params.lr} --rounds {params.rounds}"
         " --seed {wildcards.seed} --selection {params.selection}"
         " --second-subset {params.second_subset}"
-        " --device {params.device} --threads {threads} {params.eval_args}"
+        " --device {params.device} --threads {threads} {params.eval_args} {params.theory}"
         " --checkpoint {params.checkpoint}"
         " --metrics {output.metrics} --info {output.info} > {log} 2>&1"
