@@ -73,7 +73,9 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path, method)
     while not (folder / "ckpt.pt").exists():  # let it get past a first checkpoint...
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
         time.sleep(0.01)
-    time.sleep(random.uniform(0, 0.3))  # ...then kill it at a random later moment
+    seed = int(os.environ.get("KILL_DELAY_SEED", random.randrange(2**32)))
+    print(f"KILL_DELAY_SEED={seed}")  # a failure names the moment it killed at: rerun with it set
+    time.sleep(random.Random(seed).uniform(0, 0.3))  # ...then kill it at a random later moment
     assert proc.poll() is None, "the run finished before it could be killed: make ROUNDS larger"
     proc.send_signal(signal.SIGKILL)
     proc.wait()

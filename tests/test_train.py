@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from fedsim import train
 from fedsim.train import RunConfig, read_run, run, select_devices, write_run
 
 from tiny import tiny_dataset
@@ -58,7 +59,25 @@ def test_feddane_same_subset_differs_from_independent(data):
     assert (same["communication_rounds"] == 2 * same["round"]).all()
 
 
-def test_selection_is_paired_across_methods_and_seeded():
+def test_selection_is_paired_across_methods(data, monkeypatch):
+    """Every method trains the same devices in the same round of a seed (the comparisons of the
+    figures are paired): FedAvg's and FedProx's selections, and FedDANE's gradient subset, agree."""
+    drawn = {}
+    original = train.round_devices
+
+    def recording(config, gradients, t, sizes):
+        devices = original(config, gradients, t, sizes)
+        drawn.setdefault(config.method, []).append(devices[0].tolist())
+        return devices
+
+    monkeypatch.setattr(train, "round_devices", recording)
+    for method, mu in (("fedavg", 0.0), ("fedprox", 1.0), ("feddane", 0.1)):
+        run(config(data, method=method, mu=mu, rounds=6, clients_per_round=2))
+    assert len(drawn["fedavg"]) == 6 and len({tuple(d) for d in drawn["fedavg"]}) > 1
+    assert drawn["fedavg"] == drawn["fedprox"] == drawn["feddane"]
+
+
+def test_selection_is_seeded_and_varies_by_round():
     sizes = np.array([5, 50, 500, 5, 50, 500, 7, 8])
     first = select_devices(0, 7, 10, 3, sizes, "uniform")
     assert len(set(first)) == 3
