@@ -10,6 +10,11 @@ test (common in LEAF samples) are dropped (`test_only="drop"`, as LEAF's and the
 which build clients from the train users) or kept after the others with no train rows (`"keep"`);
 the provenance records how many there were.
 
+Each file is checked as it is read, and what is wrong is one ValueError line naming the file and the
+user: a truncated or damaged .gz, invalid JSON, x and y of different lengths, num_samples that
+disagree with the data, a sample of the wrong length (784 FEMNIST values, 80 Shakespeare characters),
+a label outside the dataset's classes.
+
 x is converted per dataset kind:
 - femnist:     784 floats -> float32 (784,), labels as in LEAF (62 classes)
 - shakespeare: 80-char string -> uint8 indices into ALPHABET, next char -> its index (80 classes)
