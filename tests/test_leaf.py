@@ -181,6 +181,21 @@ def test_remove_users_keeps_strictly_more_than_k():
     picked = [(0, np.arange(3)), (1, np.arange(4)), (2, np.arange(0))]
     assert [u for u, _ in niid.remove_users(picked, 3)] == [1]
     assert [u for u, _ in niid.remove_users(picked, 0)] == [0, 1]
+    # LEAF since December 2019: k or more
+    assert [u for u, _ in niid.remove_users(picked, 3, "at_least")] == [0, 1]
+    assert [u for u, _ in niid.remove_users(picked, 0, "at_least")] == [0, 1, 2]
+    with pytest.raises(ValueError, match="min_samples_rule"):
+        niid.remove_users(picked, 3, "at_most")
+
+
+def test_counted_leaf_partition_says_where_users_went():
+    parts, counts = niid.counted_leaf_partition([5, 1, 3, 30, 2], min_samples=2, train_fraction=0.9, seed=0)
+    assert [p.user for p in parts] == [0, 2, 3]
+    assert counts == dict(users=5, samples=41, sampled_users=5, sampled_samples=41, enough_users=3,
+                          enough_samples=38, kept_users=3, kept_samples=38)
+    line = niid.kept_line("x", counts, dict(niid_fraction=None, min_samples=2, min_samples_rule="more_than"))
+    assert line == ("x: kept 3 of 5 users and 38 of 41 samples; dropped 2 users with 2 or fewer samples "
+                    "(LEAF's -k 2, rule more_than), 0 users with under 2 samples (no train/test split)")
 
 
 @pytest.mark.parametrize("n, n_train", [(1, None), (2, 1), (3, 2), (10, 8), (11, 8)])
@@ -282,6 +297,10 @@ def test_shakespeare_paper_subset_from_the_real_text(tmp_path):
     assert st["devices"] == 250
     assert st["train_samples"] == pytest.approx(0.8 * st["samples"], rel=0.002)
     assert prov["text_is_1994_edition"] and prov["sampling"]["niid_fraction"] == 0.2
+    assert prov["paper_table"] == "shakespeare" and prov["counts"]["kept_users"] == 250
+    # LEAF's newer rule keeps the same users at -k 0, but the file no longer claims the paper's sampling
+    prov = shakespeare.build_shakespeare(need(GUTENBERG), tmp_path / "t.h5", seed=0, min_samples_rule="at_least")
+    assert prov["counts"]["kept_users"] == 250 and prov["paper_table"] is None
 
 
 # -----------------------------------------------------------------------------
@@ -303,9 +322,9 @@ def test_femnist_construction(tmp_path, variant):
     pool = class_pool([999] * 10)
     params = dict(num_devices=12, max_per_class=990)  # the reference keeps 4000
     prov = femnist.build_femnist(pool, tmp_path / "f.h5", variant=variant, seed=3, **params)
-    rng = np.random.default_rng(3)
-    [rng.permutation(999) for _ in range(10)]
-    k = np.maximum(2, ((rng.lognormal(4, 1, 12) + 5) / 3).astype(int))  # same draws as the builder
+    # the sizes' own stream: SeedSequence(seed) keyed by STREAMS["sizes"], whatever the pool
+    sizes = np.random.default_rng(np.random.SeedSequence(3, spawn_key=(femnist.STREAMS["sizes"],)))
+    k = np.maximum(2, ((sizes.lognormal(4, 1, 12) + 5) / 3).astype(int))
     with FederatedDataset(tmp_path / "f.h5") as ds:
         assert ds.num_devices == 12 and ds.num_classes == 10
         assert list(ds.train_sizes + ds.test_sizes) == list(3 * k)
@@ -354,9 +373,10 @@ def test_femnist_paper_construction_from_the_real_json_pool(tmp_path):
     assert sum(info["distinct_per_class"]) == 3561
     prov = femnist.build_femnist(pool, tmp_path / "f.h5", variant="faithful", seed=0, pool_info=info)
     st = stats.dataset_stats(tmp_path / "f.h5")
-    # sizes are lognormal draws: 17,754 for seed 0 (seeds 0-4: 17,469-21,354); the paper's 18,345 is one draw
-    assert st["devices"] == 200 and st["samples"] == 17754
-    assert 15000 < st["samples"] < 22000 and prov["wrapped_draws"] == 2
+    # sizes are lognormal draws from their own stream: 19,572 for seed 0 (seeds 0-4: 18,609-20,454) with
+    # any pool; the paper's 18,345 is one draw. 3 draws run past a class ('j' holds 187), 32 samples repeat
+    assert st["devices"] == 200 and st["samples"] == 19572 and prov["paper_table"] == "femnist"
+    assert (prov["wrapped_draws"], prov["repeated_samples"]) == (3, 32)
     x = read_dataset(tmp_path / "f.h5", "train", [0]).x
     assert x.shape[1] == 784 and 0 <= x.min() and x.max() <= 1 and x.mean() > 0.5  # white background
     with pytest.raises(ValueError, match="too few images"):
@@ -391,6 +411,7 @@ def test_sent140_build_writes_embedding_into_the_dataset(tmp_path):
     raw = make_sent140_zip(tmp_path / "trainingandtestdata.zip")
     glove = make_glove_zip(tmp_path / "glove.6B.zip")
     prov = sent140.build_sent140(raw, glove, tmp_path / "s.h5", fraction=None, min_samples=2, seed=0)
+    assert prov["paper_table"] is None  # not the paper's sampling: datasets.csv leaves its row out
     with FederatedDataset(tmp_path / "s.h5") as ds:
         assert ds.clients == ["amy", "zed"] and ds.num_classes == 2  # bob has 1 tweet, not > 2
         assert list(ds.train_sizes) == [2, 2] and list(ds.test_sizes) == [2 - 1, 1]
@@ -475,7 +496,7 @@ def test_import_real_leaf_json(tmp_path):
 # summary and reproducibility
 
 def test_datasets_csv(tmp_path):
-    pool = class_pool([40] * 10)
+    pool = class_pool([400] * 10)
     femnist.build_femnist(pool, tmp_path / "a.h5", num_devices=10, seed=0, name="femnist")
     femnist.build_femnist(pool, tmp_path / "b.h5", num_devices=10, seed=0, name="femnist")
     assert (tmp_path / "a.h5").read_bytes() == (tmp_path / "b.h5").read_bytes()  # same inputs, same bytes
@@ -485,3 +506,21 @@ def test_datasets_csv(tmp_path):
     assert list(back.columns) == stats.COLUMNS and back.loc[0, "devices"] == 10
     n = read_dataset(tmp_path / "a.h5", "train").sizes + read_dataset(tmp_path / "a.h5", "test").sizes
     assert table.loc[0, "samples"] == n.sum() and table.loc[0, "stdev"] == pytest.approx(np.std(n))
+
+
+def test_datasets_table_compares_only_the_papers_construction(tmp_path):
+    """The paper's row goes beside a file whose builder recorded it as the paper's construction, not
+    beside any file of kind femnist: LEAF's own 62-class FEMNIST is kind femnist too."""
+    img = lambda v: [v] * 784  # noqa: E731
+    write_leaf_json(tmp_path / "leaf" / "train" / "t.json", {"w1": ([img(0.5)] * 3, [1, 2, 61])})
+    write_leaf_json(tmp_path / "leaf" / "test" / "t.json", {"w1": ([img(0.5)], [7])})
+    leafjson.import_leaf_json(tmp_path / "leaf" / "train", tmp_path / "leaf" / "test", tmp_path / "leaf.h5",
+                              name="femnist")
+    pool = class_pool([200] * 10)
+    small = femnist.build_femnist(pool, tmp_path / "small.h5", num_devices=10, name="femnist")
+    paper = femnist.build_femnist(pool, tmp_path / "paper.h5", name="femnist")  # the paper's settings
+    assert (small["paper_table"], paper["paper_table"]) == (None, "femnist")
+    table = stats.datasets_table([tmp_path / "leaf.h5", tmp_path / "small.h5", tmp_path / "paper.h5"])
+    assert list(table["kind"]) == ["femnist"] * 3
+    assert table["paper_devices"].isna().tolist() == [True, True, False]
+    assert (table.loc[2, "paper_devices"], table.loc[2, "paper_samples"]) == (200, 18345)

@@ -100,13 +100,16 @@ def _check_devices(out, declared) -> None:
 
 
 def _prepare_shakespeare(args) -> None:
+    from .leaf.niid import kept_line
     from .leaf.shakespeare import build_shakespeare
 
     fraction = None if args.fraction <= 0 else args.fraction
     prov = build_shakespeare(args.raw, args.out, fraction=fraction, min_samples=args.min_samples,
-                             train_fraction=args.train_fraction, seed=args.seed, name=args.name)
+                             train_fraction=args.train_fraction, seed=args.seed, name=args.name,
+                             min_samples_rule=args.min_samples_rule)
     print(f"{args.name}: {prov['leaf_users']} LEAF users, text is the 1994 edition: "
           f"{prov['text_is_1994_edition']}")
+    print(kept_line(args.name, prov["counts"], prov["sampling"]))
     _check_devices(args.out, args.expect_devices)
 
 
@@ -117,17 +120,25 @@ def _prepare_femnist(args) -> None:
         raise ValueError("give one of --json (LEAF JSON files or folders) and --nist (by_class.zip)")
     pool, info = read_json_pool(args.json) if args.json else read_nist_pool(args.nist)
     print(f"femnist: {info}")
-    build_femnist(pool, args.out, variant=args.variant, seed=args.seed, name=args.name, pool_info=info)
+    prov = build_femnist(pool, args.out, variant=args.variant, seed=args.seed, name=args.name, pool_info=info,
+                         allow_reuse=args.allow_reuse)
+    if prov["wrapped_draws"]:
+        print(f"WARNING: {args.name}: {prov['repeated_samples']} samples repeat an image of their own device and "
+              f"{prov['wrapped_draws']} draws ran past the end of a class: the pool "
+              f"({prov['pool_used_per_class']} images per class a-j) is small for the construction", file=sys.stderr)
     _check_devices(args.out, args.expect_devices)
 
 
 def _prepare_sent140(args) -> None:
+    from .leaf.niid import kept_line
     from .leaf.sent140 import build_sent140
 
     fraction = None if args.fraction <= 0 else args.fraction
     prov = build_sent140(args.raw, args.glove, args.out, fraction=fraction, min_samples=args.min_samples,
-                         train_fraction=args.train_fraction, seed=args.seed, dim=args.dim, name=args.name)
+                         train_fraction=args.train_fraction, seed=args.seed, dim=args.dim, name=args.name,
+                         min_samples_rule=args.min_samples_rule)
     print(f"{args.name}: {prov['leaf_users']} users in the CSVs, vocabulary {prov['vocab_size']} GloVe words")
+    print(kept_line(args.name, prov["counts"], prov["sampling"]))
     _check_devices(args.out, args.expect_devices)
 
 
@@ -240,7 +251,11 @@ def build_parser() -> argparse.ArgumentParser:
         if sampling is not None:
             p.add_argument("--fraction", type=SHARE_OR_ALL, default=sampling[0],
                            help="LEAF's niid sampling fraction (0: every user)")
-            p.add_argument("--min-samples", type=INDEX, default=sampling[1], help="drop users with fewer samples")
+            p.add_argument("--min-samples", type=INDEX, default=sampling[1],
+                           help="LEAF's -k: the fewest samples a user may have (see --min-samples-rule)")
+            p.add_argument("--min-samples-rule", choices=["more_than", "at_least"], default="more_than",
+                           help="keep users with more than (LEAF before Dec 2019, the paper's) or at least "
+                                "(LEAF since) --min-samples samples")
             p.add_argument("--train-fraction", type=SHARE, default=0.8)
         p.add_argument("--seed", type=INDEX, default=0)
         p.add_argument("--expect-devices", type=COUNT,
@@ -263,6 +278,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", nargs="+", help="LEAF JSON files or folders (searched recursively)")
     p.add_argument("--nist", help="NIST SD19 by_class.zip (instead of --json)")
     p.add_argument("--variant", choices=["faithful", "corrected"], default="faithful")
+    p.add_argument("--allow-reuse", action="store_true",
+                   help="build from a pool with fewer than 100 images in a class a-j (refused otherwise: "
+                        "devices would repeat images)")
     build_args(p)
     p.set_defaults(func=_prepare_femnist)
 
@@ -378,7 +396,7 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.func(args)
-    except (ValueError, FileNotFoundError, OSError) as err:
+    except (ValueError, FileNotFoundError, OSError, EOFError) as err:  # EOFError: a truncated archive
         print(f"fedsim {args.command}: error: {err}", file=sys.stderr)
         return 2
     return 0

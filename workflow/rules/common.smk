@@ -749,11 +749,13 @@ def leaf_args(dataset):
     """CLI arguments of `fedsim prepare-<kind>` besides its raw inputs: LEAF's sampling, the
     construction's settings and the device count the config declares."""
     entry = dataset_cfg(dataset)
-    keys = {"shakespeare": ("fraction", "min_samples", "train_fraction", "seed"),
-            "sent140": ("fraction", "min_samples", "train_fraction", "seed", "glove_dim"),
+    keys = {"shakespeare": ("fraction", "min_samples", "min_samples_rule", "train_fraction", "seed"),
+            "sent140": ("fraction", "min_samples", "min_samples_rule", "train_fraction", "seed", "glove_dim"),
             "femnist": ("variant", "seed")}[entry["kind"]]
     flags = {"glove_dim": "dim"}
     args = [f"--{flags.get(k, k).replace('_', '-')} {fmt(entry[k])}" for k in keys]
+    if entry.get("allow_reuse"):
+        args.append("--allow-reuse")
     if "devices" in entry:
         args.append(f"--expect-devices {entry['devices']}")
     return " ".join(args)

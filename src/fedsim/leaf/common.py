@@ -1,9 +1,11 @@
 """Helpers shared by the LEAF dataset builders: raw-file reading and writing partitions to HDF5."""
 
+import contextlib
 import gzip
 import hashlib
 import re
 import zipfile
+import zlib
 from pathlib import Path
 
 import h5py
@@ -29,13 +31,30 @@ def read_member(path, member=None):
     """
     path = Path(path)
     kind = raw_format(path)
-    if kind == "zip":
-        with zipfile.ZipFile(path) as z:
-            return z.read(find_member(z, member, path))
-    if kind == "gz":
-        with gzip.open(path, "rb") as f:
-            return f.read()
-    return path.read_bytes()
+    with named_read_errors(path, kind):
+        if kind == "zip":
+            with zipfile.ZipFile(path) as z:
+                return z.read(find_member(z, member, path))
+        if kind == "gz":
+            with gzip.open(path, "rb") as f:
+                return f.read()
+        return path.read_bytes()
+
+
+# What a truncated or damaged archive raises: gzip ends early (EOFError) or finds bad data
+# (zlib.error, BadGzipFile), zip finds a bad directory or CRC (BadZipFile). None of them names the
+# file, and EOFError and zlib.error are no OSError, so the CLI's one-line handler would miss them.
+DAMAGED = (EOFError, zlib.error, gzip.BadGzipFile, zipfile.BadZipFile)
+
+
+@contextlib.contextmanager
+def named_read_errors(path, kind=None):
+    """Turn a damaged archive's exception into one ValueError line naming the file."""
+    try:
+        yield
+    except DAMAGED as err:
+        what = {"gz": "gzip", "zip": "zip"}.get(kind or raw_format(path), "compressed")
+        raise ValueError(f"{path}: truncated or damaged {what} file ({err})") from None
 
 
 def find_member(z, member, path="zip"):

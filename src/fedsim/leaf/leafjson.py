@@ -10,6 +10,11 @@ test (common in LEAF samples) are dropped (`test_only="drop"`, as LEAF's and the
 which build clients from the train users) or kept after the others with no train rows (`"keep"`);
 the provenance records how many there were.
 
+Each file is checked as it is read, and what is wrong is one ValueError line naming the file and the
+user: a truncated or damaged .gz, invalid JSON, x and y of different lengths, num_samples that
+disagree with the data, a sample of the wrong length (784 FEMNIST values, 80 Shakespeare characters),
+a label outside the dataset's classes.
+
 x is converted per dataset kind:
 - femnist:     784 floats -> float32 (784,), labels as in LEAF (62 classes)
 - shakespeare: 80-char string -> uint8 indices into ALPHABET, next char -> its index (80 classes)
@@ -19,13 +24,12 @@ x is converted per dataset kind:
                (written as integers or integral floats) -> int64, classes = largest label + 1
 """
 
-import gzip
 import json
 from pathlib import Path
 
 import numpy as np
 
-from .common import natural_key, write_partition
+from .common import natural_key, read_member, write_partition
 
 try:  # 4x faster on LEAF's big float lists; plain json otherwise
     from orjson import loads as _loads
@@ -52,24 +56,48 @@ def leaf_files(paths):
 
 
 def iter_leaf_files(paths):
-    """(path, parsed JSON) for each LEAF file under `paths`."""
+    """(path, parsed JSON) for each LEAF file under `paths`; a damaged or inconsistent file is a
+    one-line ValueError naming it (and the user)."""
     for f in leaf_files(paths):
-        raw = gzip.open(f, "rb").read() if f.name.endswith(".gz") else f.read_bytes()
-        data = _loads(raw)
-        if not {"users", "user_data"} <= data.keys():
-            raise ValueError(f"{f}: not a LEAF file (keys {sorted(data)[:5]})")
+        try:
+            data = _loads(read_member(f))
+        except ValueError as err:  # JSONDecodeError is one; read_member's own errors name the file
+            raise ValueError(str(err) if str(f) in str(err) else f"{f}: not valid JSON ({err})") from None
+        if not isinstance(data, dict) or not {"users", "user_data"} <= data.keys():
+            raise ValueError(f"{f}: not a LEAF file (a JSON object with users and user_data)")
+        check_users(f, data)
         yield f, data
 
 
+def check_users(path, data):
+    """Every listed user has x and y of one length, as many as num_samples says.
+
+    A user whose x is one longer than y would otherwise shift every later pair of that user.
+    """
+    users, counts = data["users"], data.get("num_samples")
+    if counts is not None and len(counts) != len(users):
+        raise ValueError(f"{path}: {len(users)} users but {len(counts)} num_samples entries")
+    for i, u in enumerate(users):
+        ud = data["user_data"].get(u)
+        if not isinstance(ud, dict) or not isinstance(ud.get("x"), list) or not isinstance(ud.get("y"), list):
+            raise ValueError(f"{path}: user {u}: no x and y lists in user_data")
+        nx, ny = len(ud["x"]), len(ud["y"])
+        if nx != ny:
+            raise ValueError(f"{path}: user {u}: x holds {nx} samples but y holds {ny} labels")
+        if counts is not None and counts[i] != ny:
+            raise ValueError(f"{path}: user {u}: num_samples says {counts[i]} but the data hold {ny}")
+
+
 def read_leaf_split(paths):
-    """{user: (x list, y list)} over all files of one split, users in first-seen order."""
+    """{user: (x list, y list, [files])} over all files of one split, users in first-seen order."""
     users = {}
-    for _, data in iter_leaf_files(paths):
+    for f, data in iter_leaf_files(paths):
         for u in data["users"]:
             ud = data["user_data"][u]
-            xs, ys = users.setdefault(u, ([], []))
+            xs, ys, files = users.setdefault(u, ([], [], []))
             xs.extend(ud["x"])
             ys.extend(ud["y"])
+            files.append(str(f))
     return users
 
 
@@ -86,17 +114,48 @@ def guess_kind(x):
 
 
 def _convert(kind, xs, ys):
-    """One user's LEAF x/y lists -> (x array, y int64 array) for femnist or shakespeare."""
+    """One user's LEAF x/y lists -> (x array, y int64 array) for femnist, shakespeare or synthetic."""
     if kind == "femnist":
-        return np.asarray(xs, np.float32).reshape(-1, 784), np.asarray(ys, np.int64)
+        check_sample_lengths(xs, 784, "values", " (a 28x28 image)")
+        return np.asarray(xs, np.float32).reshape(-1, 784), _integer_labels(ys)
     if kind == "synthetic":
+        if len(xs) and isinstance(xs[0], list):
+            check_sample_lengths(xs, len(xs[0]), "features", " (as its first sample)")
         x = np.asarray(xs, np.float32).reshape(len(ys), -1) if len(ys) else np.zeros((0, 0), np.float32)
         return x, _integer_labels(ys)
     from .shakespeare import SEQ_LEN, encode
+    check_sample_lengths(xs, SEQ_LEN, "characters")
+    check_sample_lengths(ys, 1, "characters", " (the next one)")
     return encode("".join(xs)).reshape(-1, SEQ_LEN), encode("".join(ys)).astype(np.int64)
 
 
+def check_sample_lengths(xs, length, unit, note=""):
+    """Every sample holds `length` items; else name the first that does not (NumPy would only say
+    'inhomogeneous shape')."""
+    for i, x in enumerate(xs):
+        if not isinstance(x, (list, str)) or len(x) != length:
+            got = len(x) if isinstance(x, (list, str)) else type(x).__name__
+            raise ValueError(f"sample {i} has {got} {unit}, expected {length}{note}")
+
+
+def _convert_user(kind, num_classes, user, xs, ys, files):
+    """_convert for one user's rows of one split; a bad sample or label is a one-line ValueError
+    naming the user's files and the user."""
+    try:
+        x, y = _convert(kind, xs, ys)
+        classes = num_classes or {"femnist": 62}.get(kind)
+        if classes is not None and len(y) and (y.min() < 0 or y.max() >= classes):
+            i = np.flatnonzero((y < 0) | (y >= classes))[0]
+            raise ValueError(f"sample {i} has label {y[i]}, outside 0..{classes - 1}")
+    except ValueError as err:
+        raise ValueError(f"{', '.join(files)}: user {user}: {err}") from None
+    return x, y
+
+
 def _integer_labels(ys):
+    odd = next((v for v in ys if not isinstance(v, (int, float))), None)
+    if odd is not None:
+        raise ValueError(f"labels must be numbers, got {odd!r}")
     y = np.asarray(ys, np.float64)
     bad = y[(y != np.round(y)) | (y < 0)]
     if len(bad):
@@ -126,12 +185,12 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
     users = in_train + (only_test if test_only == "keep" else [])
     if not users:
         raise ValueError(f"no users in {train} / {test}")
-    kind = kind or guess_kind(next(xs[0] for s in splits for xs, _ in s.values() if xs))
+    kind = kind or guess_kind(next(xs[0] for s in splits for xs, _, _ in s.values() if xs))
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
     # per user, train rows then test rows
-    xs = [s.get(u, ([], []))[0] for u in users for s in splits]
-    ys = [s.get(u, ([], []))[1] for u in users for s in splits]
+    blocks_in = [(u, *s.get(u, ([], [], []))) for u in users for s in splits]
+    xs, ys = [b[1] for b in blocks_in], [b[2] for b in blocks_in]
     provenance = dict(generator="fedsim.leaf.leafjson", source="LEAF JSON", train=str(train), test=str(test),
                       user_order=order, test_only_devices=len(only_test), test_only=test_only)
     extras = None
@@ -144,7 +203,7 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
         provenance.update(info)
     else:
         from .shakespeare import ALPHABET, SEQ_LEN
-        blocks = [_convert(kind, x, y) for x, y in zip(xs, ys)]
+        blocks = [_convert_user(kind, num_classes, *b) for b in blocks_in]
         if kind == "synthetic":
             widths = {b[0].shape[1] for b in blocks if len(b[0])}
             if len(widths) != 1:

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .common import find_member, raw_format, read_member, write_partition
-from .niid import leaf_partition
+from .common import find_member, named_read_errors, raw_format, read_member, write_partition
+from .niid import counted_leaf_partition, kept_line
 
 TRAIN_CSV = "training.1600000.processed.noemoticon.csv"
 TEST_CSV = "testdata.manual.2009.06.14.csv"
@@ -38,10 +38,14 @@ def read_rows(path, include_test=True):
     blobs = [read_member(path, m) for m in members] if raw_format(path) == "zip" else [read_member(path)]
     rows = []
     for blob in blobs:
-        for r in csv.reader(io.StringIO(blob.decode("latin-1"), newline="")):
-            if len(r) != 6:
-                raise ValueError(f"{path}: expected 6 columns per row, got {len(r)}: {r[:3]}")
-            rows.append((r[4], 1 if r[0] == "4" else 0, r[5]))
+        reader = csv.reader(io.StringIO(blob.decode("latin-1"), newline=""))
+        try:
+            for r in reader:
+                if len(r) != 6:
+                    raise ValueError(f"{path}: line {reader.line_num}: expected 6 columns, got {len(r)}: {r[:3]}")
+                rows.append((r[4], 1 if r[0] == "4" else 0, r[5]))
+        except csv.Error as err:  # e.g. a NUL byte: no ValueError, and it names no file
+            raise ValueError(f"{path}: line {reader.line_num}: not a CSV row ({err})") from None
     return rows
 
 
@@ -77,7 +81,7 @@ def read_glove(path, words, dim=300):
     A word listed twice keeps its last vector, as LEAF's {word: index} dict does.
     """
     found, total = {}, 0
-    with glove_lines(path, dim) as lines:
+    with named_read_errors(path), glove_lines(path, dim) as lines:
         for rank, line in enumerate(lines):
             total += 1
             word, _, rest = line.rstrip("\n").partition(" ")
@@ -118,23 +122,28 @@ def embed_and_tokenize(texts, glove, *, dim=300, max_words=MAX_WORDS):
 
 def build_sent140(raw_path, glove, out_path, *, fraction=PAPER["fraction"], min_samples=PAPER["min_samples"],
                   train_fraction=PAPER["train_fraction"], seed=0, include_test_csv=True, dim=300,
-                  max_words=MAX_WORDS, name="sent140"):
-    """Group Sentiment140 by user, sample as LEAF, tokenise over GloVe and write; returns provenance."""
+                  max_words=MAX_WORDS, name="sent140", min_samples_rule="more_than"):
+    """Group Sentiment140 by user, sample as LEAF, tokenise over GloVe and write; returns provenance.
+
+    min_samples_rule: "more_than" (LEAF before Dec 2019, the paper's) or "at_least" (LEAF since).
+    """
     rows = read_rows(raw_path, include_test_csv)
     users, groups = group_by_user(rows)
-    parts = leaf_partition([len(g) for g in groups], fraction=fraction, min_samples=min_samples,
-                           train_fraction=train_fraction, seed=seed)
+    sampling = dict(niid_fraction=fraction, min_samples=min_samples, min_samples_rule=min_samples_rule,
+                    split="sample", train_fraction=train_fraction)
+    parts, counts = counted_leaf_partition([len(g) for g in groups], fraction=fraction, min_samples=min_samples,
+                                           train_fraction=train_fraction, seed=seed, min_samples_rule=min_samples_rule)
     if not parts:
-        raise ValueError(f"{raw_path}: no user left after sampling (fraction={fraction}, min_samples={min_samples})")
+        raise ValueError(f"{raw_path}: no user left after sampling ({kept_line(name, counts, sampling)})")
     # a device's rows: its sampled tweets, train positions first, then test
     picked = [[groups[p.user][i] for i in np.concatenate([p.train, p.test])] for p in parts]
     ids, extras, info = embed_and_tokenize([[rows[i][2] for i in g] for g in picked], glove, dim=dim,
                                            max_words=max_words)
     labels = [np.array([rows[i][1] for i in g], np.int64) for g in picked]
+    is_paper = (fraction, min_samples, train_fraction, min_samples_rule) == (*PAPER.values(), "more_than")
     provenance = dict(generator="fedsim.leaf.sent140", source=Path(str(raw_path)).name, rows=len(rows),
                       leaf_users=len(users), include_test_csv=include_test_csv, seed=seed,
-                      sampling=dict(niid_fraction=fraction, min_samples=min_samples, split="sample",
-                                    train_fraction=train_fraction), **info)
+                      sampling=sampling, counts=counts, paper_table="sent140" if is_paper else None, **info)
     write_partition(out_path, name=name, kind="sent140", num_classes=2, clients=[users[p.user] for p in parts],
                     parts=[(np.arange(len(p.train)), np.arange(len(p.train), len(p.train) + len(p.test)))
                            for p in parts],

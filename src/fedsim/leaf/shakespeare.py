@@ -32,7 +32,7 @@ from collections import defaultdict
 import numpy as np
 
 from .common import raw_format, read_member, sha256_bytes, write_partition
-from .niid import leaf_partition
+from .niid import counted_leaf_partition
 
 ALPHABET = "\n !\"&'(),-.0123456789:;>?ABCDEFGHIJKLMNOPQRSTUVWXYZ[]abcdefghijklmnopqrstuvwxyz}"
 SEQ_LEN = 80
@@ -143,24 +143,27 @@ def windows(codes):
 
 
 def build_shakespeare(raw_path, out_path, *, fraction=PAPER["fraction"], min_samples=PAPER["min_samples"],
-                      train_fraction=PAPER["train_fraction"], seed=0, name="shakespeare"):
+                      train_fraction=PAPER["train_fraction"], seed=0, name="shakespeare", min_samples_rule="more_than"):
     """Parse the e-book, apply LEAF's sampling and write the dataset; returns its provenance.
 
-    fraction=None keeps every user (LEAF's full dataset, then split by sample).
+    fraction=None keeps every user (LEAF's full dataset, then split by sample). min_samples_rule as
+    Sent140's (LEAF's remove_users.py serves both); at the paper's -k 0 both rules keep the same users.
     """
     text = read_text(raw_path)
     passages = user_passages(split_into_plays(text))
     users, codes, sizes = shakespeare_users(text, passages)
-    parts = leaf_partition(sizes, fraction=fraction, min_samples=min_samples, train_fraction=train_fraction,
-                           seed=seed)
+    parts, counts = counted_leaf_partition(sizes, fraction=fraction, min_samples=min_samples,
+                                           train_fraction=train_fraction, seed=seed, min_samples_rule=min_samples_rule)
+    is_paper = (fraction, min_samples, train_fraction, min_samples_rule) == (*PAPER.values(), "more_than")
     sha = sha256_bytes(text.encode("utf-8"))
     provenance = dict(
         generator="fedsim.leaf.shakespeare", source="Project Gutenberg e-book 100 (1994-01-100.zip)",
         text_sha256=sha, text_is_1994_edition=sha == TEXT_SHA256_1994, alphabet=ALPHABET, oov_index=OOV_INDEX,
         oov_chars=sum(count_oov(passages[u]) for u in users),
         seq_len=SEQ_LEN, leaf_users=len(users), leaf_samples=int(sizes.sum()),
-        sampling=dict(niid_fraction=fraction, min_samples=min_samples, split="sample",
-                      train_fraction=train_fraction), seed=seed)
+        sampling=dict(niid_fraction=fraction, min_samples=min_samples, min_samples_rule=min_samples_rule,
+                      split="sample", train_fraction=train_fraction), seed=seed, counts=counts,
+        paper_table="shakespeare" if is_paper else None)
     write_partition(out_path, name=name, kind="shakespeare", num_classes=len(ALPHABET),
                     clients=[users[p.user] for p in parts], parts=[(p.train, p.test) for p in parts],
                     rows_of=lambda k: windows(codes[parts[k].user]), feature_shape=(SEQ_LEN,),
