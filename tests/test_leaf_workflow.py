@@ -11,8 +11,12 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import math
+from pathlib import Path
 
+import h5py
 import pytest
+import yaml
 
 from fedsim.leaf.stats import dataset_stats
 from test_download import Server, serve, server  # noqa: F401 (the fixture)
@@ -85,6 +89,34 @@ def test_leaf_datasets_from_the_shared_files_build_and_train(tmp_path):
     write_config(work, cfg)
     code, out = snakemake(work, "--cores", "2", "--dry-run", "all", "results/datasets/shakespeare_full.h5")
     assert code == 0 and "Nothing to be done" in out, out[-2000:]
+
+
+@needs_data
+def test_leafs_own_femnist_from_the_shipped_config_trains(tmp_path):
+    """config/leaf-femnist.yaml's dataset: LEAF's writer-partitioned FEMNIST, 62 classes, imported
+    from the shared LEAF samples and trained two rounds by FedAvg and FedDANE."""
+    entry = yaml.safe_load((REPO / "config" / "leaf-femnist.yaml").read_text())["datasets"]["femnist_leaf"]
+    for split in ("train", "test"):  # the shipped paths are relative to the repository
+        entry[split] = [str(SHARED / Path(p).relative_to("../shared/data")) for p in entry[split]]
+    work = copy_workflow(tmp_path / "wf", with_src=True)
+    cfg = default_config()
+    cfg["seeds"] = [0]
+    cfg["datasets"] = {"femnist_leaf": dict(entry, rounds=2)}
+    cfg["experiments"] = {"leaf": {"figure": "figure1", "datasets": ["femnist_leaf"], "methods": ["fedavg", "feddane"],
+                                   "clients_per_round": 5, "epochs": 1, "mu_grid": [0.01]}}
+    write_config(work, cfg)
+    code, out = snakemake(work, "--cores", "2", timeout=900)
+    assert code == 0, out[-3000:]
+    log = (work / "results/logs/import_json/femnist_leaf.log").read_text()
+    assert "311 devices" in log and "240 users with test data only: dropped" in log
+    runs = read_csv(work / "results/summary/runs.csv")
+    assert {(r["method"], r["rounds_completed"]) for r in runs} == {("fedavg", "2"), ("feddane", "2")}
+    record = json.loads(next(work.glob("results/runs/femnist_leaf/feddane/*/run.json")).read_text())
+    assert record["dataset"]["kind"] == "femnist" and record["dataset"]["devices"] == 311
+    with h5py.File(work / "results/datasets/femnist_leaf.h5") as built:
+        assert built.attrs["num_classes"] == 62
+    assert 0 < float(runs[0]["final_train_loss"]) < 2 * math.log(62)
+    assert (work / "results/figures/leaf.png").stat().st_size > 0
 
 
 @pytest.fixture
