@@ -114,7 +114,7 @@ CASES = [
      "bad method option 'decay': feddane takes correction"),
     ("option_value", at("method_options.feddane", {"correction": "bias"}), "method_options.feddane.correction",
      "expected one of exact, authors"),
-    ("criterion", at("tuning.criterion", "best"), "tuning.criterion", "is not one of"),
+    ("criterion_is_gone", at("tuning.criterion", "last_fraction_mean"), "tuning.criterion", "unknown key"),
     ("per_setting_1", at("tuning.per_setting", 1), "tuning.per_setting", "not of type 'boolean'"),
     ("x_axis", at("figures.x_axis", "time"), "figures.x_axis", "is not one of"),
     ("allow_large_text", at("allow_large", "yes"), "allow_large", "not of type 'boolean'"),

@@ -4,7 +4,8 @@ import h5py
 import numpy as np
 import pytest
 
-from fedsim.data import FORMAT_VERSION, FederatedDataset, read_dataset, write_dataset, write_dataset_stream
+from fedsim.data import FORMAT_VERSION, FederatedDataset, write_dataset, write_dataset_stream
+from tiny import read_dataset
 
 
 def toy(sizes=(3, 0, 5, 2, 4), test_sizes=(1, 1, 0, 2, 1), d=3, seed=0):

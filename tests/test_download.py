@@ -95,7 +95,6 @@ def test_sources_table_has_the_papers_raw_files():
     urls = {name: s.url() for name, s in download.SOURCES.items()}
     assert urls["shakespeare"] == "http://www.gutenberg.org/files/100/old/1994-01-100.zip"
     assert urls["nist_by_class"] == "https://s3.amazonaws.com/nist-srd/SD19/by_class.zip"
-    assert urls["nist_by_write"] == "https://s3.amazonaws.com/nist-srd/SD19/by_write.zip"
     assert urls["sent140"] == "http://cs.stanford.edu/people/alecmgo/trainingandtestdata.zip"
     assert urls["glove"] == "http://nlp.stanford.edu/data/glove.6B.zip"
 
@@ -181,8 +180,8 @@ def test_mirror_and_local_path_are_used_without_network(server, raw, tmp_path):
     assert not got.verified and got.path.read_bytes() == raw["glove"].read_bytes()
     with pytest.raises(download.ChecksumError):
         download.fetch("shakespeare", f"{tmp_path}/c/", sha256="1" * 64, mirror=mirror, base_url=dead)
-    with pytest.raises(FileNotFoundError, match="by_write.zip"):
-        download.fetch("nist_by_write", f"{tmp_path}/d/", mirror=mirror, base_url=dead)
+    with pytest.raises(FileNotFoundError, match="by_class.zip"):  # a mirror without the file
+        download.fetch("nist_by_class", f"{tmp_path}/d/", mirror=tmp_path / "b", base_url=dead)
     assert leftovers(tmp_path / "c") == [] and not (tmp_path / "d").exists()
     assert server.hits == {}
 

@@ -17,7 +17,8 @@ import h5py
 import numpy as np
 import pytest
 
-from fedsim.data import FederatedDataset, read_dataset
+from fedsim.data import FederatedDataset
+from tiny import read_dataset
 from fedsim.leaf import femnist, leafjson, niid, sent140, shakespeare, stats
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"

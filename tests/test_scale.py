@@ -7,7 +7,8 @@ import torch
 
 from fedsim import data as data_module
 from fedsim import train as train_module
-from fedsim.data import FederatedDataset, read_dataset
+from fedsim.data import FederatedDataset
+from tiny import read_dataset
 from fedsim.engine import Clients
 from fedsim.train import RunConfig, eval_sample, run
 

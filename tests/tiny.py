@@ -28,3 +28,11 @@ def tiny_dataset(path, devices=8, alpha=0.5, beta=0.5, iid=False, seed=0):
     write_synthetic(path, name="tiny", alpha=alpha, beta=beta, iid=iid, num_devices=devices,
                     num_features=10, num_classes=4, seed=seed)
     return str(path)
+
+
+def read_dataset(path, split, devices=None):
+    """One split of a dataset file (every device, or `devices`), read in one go."""
+    from fedsim.data import FederatedDataset
+
+    with FederatedDataset(path) as ds:
+        return ds.load(split, devices)

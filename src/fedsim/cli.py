@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_generate_synthetic)
 
     p = sub.add_parser("fetch", help="download (or copy) a raw source, checksum-verified")
-    p.add_argument("source", help="a source name (shakespeare, nist_by_class, nist_by_write, sent140, glove) or a URL")
+    p.add_argument("source", help="a source name (shakespeare, nist_by_class, sent140, glove) or a URL")
     p.add_argument("--out", required=True, help="destination file (or folder ending with /)")
     p.add_argument("--base-url", help="replaces the source's default base URL")
     p.add_argument("--sha256", help="expected sha256 (default: the source's recorded checksums)")

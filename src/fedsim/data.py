@@ -281,8 +281,3 @@ def _read_blocks(dset, blocks, out):
             space.select_hyperslab((int(lo), *(0,) * len(tail)), (int(hi - lo), *tail), op=h5py.h5s.SELECT_OR)
     if out.size:
         dset.id.read(h5py.h5s.create_simple(out.shape), space, out)
-
-
-def read_dataset(path, split, devices=None):
-    with FederatedDataset(path) as ds:
-        return ds.load(split, devices)
