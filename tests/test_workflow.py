@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -157,6 +158,28 @@ def test_default_dag_dry_run(tmp_path):
     theory_jobs = re.findall(r"python -m fedsim\.warm train [^\n]* --theory [^\n]*", out)
     assert len(theory_jobs) == THEORY_TRAIN and all("_theory_seed0/run.json" in job for job in theory_jobs)
     assert "_theory_seed1" not in out
+
+
+def test_planned_runs_are_the_default_runs_at_their_paths(tmp_path):
+    """planned_runs.csv, written by a dry run: the default config's runs at the paths the code before
+    the runs table gave them (tests/reference/default_runs.txt: the run folders of a default run),
+    the runs known only after tuning at the mu their tuning chose there (default_tuned_mu.csv)."""
+    workdir = copy_workflow(tmp_path / "wf")
+    code, out = snakemake(workdir, "--dry-run", "--cores", "1")
+    assert code == 0, out
+    plan = pd.read_csv(workdir / "results/summary/planned_runs.csv", dtype=str, keep_default_na=False)
+    tuned = pd.read_csv(REPO / "tests/reference/default_tuned_mu.csv")
+    chosen = {(row.method, row.dataset): f"{row.chosen_mu:g}" for row in tuned.itertuples()}
+    stems = set()
+    for row in plan.itertuples():
+        mu = chosen[row.method, row.dataset] if row.mu == "tuned" else row.mu
+        stem = f"{row.dataset}/{row.method}/mu{mu}_K{row.K}_E{row.E}{row.T}{row.theory}_seed{row.seed}"
+        assert row.run in ("", f"results/runs/{stem}"), row
+        stems.add(stem)
+    assert stems == set((REPO / "tests/reference/default_runs.txt").read_text().split())
+    # Figures 2 and 3's FedDANEs (Figure 2's at K = 10 are Figure 1's runs once the mu is known)
+    assert (plan["mu"] == "tuned").sum() == SEEDS * 2 * (3 * 4 + 4)
+    assert {"lr", "batch_size", "options", "selection", "second_subset", "rng", "init", "rounds"} <= set(plan)
 
 
 def test_per_setting_tuning_runs_the_grid_everywhere(tmp_path):
@@ -478,6 +501,27 @@ def test_code_changes_rerun_what_they_touch(tiny_run):
         assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
     finally:
         feddane.write_text(original)
+
+
+def test_what_a_job_depends_on_follows_the_imports(tiny_run):
+    """A new module reruns nothing until a method imports it; then it reruns that method's runs
+    (the code inputs are derived from the imports, not from a list kept by hand)."""
+    extra = tiny_run / "src" / "fedsim" / "extra.py"
+    feddane = tiny_run / "src" / "fedsim" / "methods" / "feddane.py"
+    original = feddane.read_text()
+    try:
+        extra.write_text("SCALE = 1\n")
+        code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
+        assert code == 0 and "Nothing to be done" in out, out
+        feddane.write_text(original.replace("import numpy as np\n", "import numpy as np\n\nfrom .. import extra\n", 1))
+        assert feddane.read_text() != original
+        code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
+        assert code == 0, out
+        assert "src/fedsim/extra.py" in out
+        assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
+    finally:
+        feddane.write_text(original)
+        extra.unlink()
 
 
 def edited(path, run):

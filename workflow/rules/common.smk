@@ -1,8 +1,10 @@
 # Helpers only (no rules): config validation, the ONE place that builds every path,
 # the expansion of experiments into training runs, and wildcard constraints.
 
+import ast
 import copy
 import csv
+import json
 import math
 import os
 import re
@@ -13,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import jsonschema
+import pandas as pd
 import yaml
 
 
@@ -95,7 +98,7 @@ def config_error(path, problem):
 # there is one. It imports no torch: cheap enough for every snakemake call.
 if Path(workflow.basedir, "src", "fedsim").is_dir():
     sys.path.insert(0, str(Path(workflow.basedir, "src")))
-from fedsim.methods import ENTRIES, REGISTRY, USES  # noqa: E402
+from fedsim.methods import ENTRIES, REGISTRY, USES, resolve  # noqa: E402
 
 with open(SCHEMA_FILE) as _handle:
     SCHEMA = yaml.safe_load(_handle)
@@ -430,7 +433,7 @@ def info_path(*args, **kwargs):
 
 
 def summary_path(name):
-    """results/summary/<name> (runs.csv, tuned_mu.csv)."""
+    """results/summary/<name> (planned_runs.csv, runs.csv, tuned_mu.csv)."""
     return results("summary", name)
 
 
@@ -468,50 +471,61 @@ def log_path(rule_name, stem):
 # ---------------------------------------------------------------------------------------
 
 PACKAGE_DIR = Path(workflow.basedir, "src", "fedsim")
-# What each step's results depend on, as paths relative to src/fedsim (files or folders).
-# Training depends on every module except those listed in NOT_TRAIN_CODE, so a new module
-# reruns training until it is listed here (the safe side).
-DATA_CODE = ("synthetic.py", "data.py")
-NOT_TRAIN_CODE = (
-    "__init__.py",
-    "__main__.py",
-    "cli.py",
-    "warm.py",
-    "atomic.py",
-    "synthetic.py",
-    "download.py",
-    "leaf",
-    "summary.py",
-    "figures.py",
-)
-SUMMARY_CODE = ("summary.py", "methods/__init__.py")  # the methods' names and labels
-LEAF_CODE = ("leaf/common.py", "leaf/leafjson.py", "data.py")
-FIGURE_CODE = ("figures.py", "summary.py", "methods/__init__.py")
 
 
-def package_code(include=None, exclude=()):
-    """Package source files under `include` (default: all), minus those under `exclude`;
-    empty where the workflow's checkout has no src/ (package installed elsewhere)."""
+def _module_file(dotted):
+    """src/fedsim/<dotted name as a path>.py or that package's __init__.py; None if neither exists."""
+    base = PACKAGE_DIR.joinpath(*dotted.split(".")) if dotted else PACKAGE_DIR
+    candidates = [base.with_suffix(".py"), base / "__init__.py"] if dotted else [base / "__init__.py"]
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def _imported(dotted):
+    """The fedsim modules (dotted names) one module imports, at any depth of its code (a lazy import inside a
+    function is code the job runs too)."""
+    path = _module_file(dotted)
+    parts = dotted.split(".") if dotted else []
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "fedsim":
+            base = node.module.split(".")[1:]
+        elif isinstance(node, ast.Import):
+            found |= {".".join(a.name.split(".")[1:]) for a in node.names if a.name.split(".")[0] == "fedsim"}
+            continue
+        else:
+            continue
+        found.add(".".join(base))
+        found |= {".".join([*base, a.name]) for a in node.names if _module_file(".".join([*base, a.name]))}
+    return {m for m in found if _module_file(m)}
+
+
+def package_code(*entries):
+    """The package's source files a job running the modules `entries` executes: each one, what it
+    imports, transitively, and the packages' __init__.py on the way. Derived from the imports, so a
+    refactor cannot silently stop (or start) reruns. Empty where the workflow's checkout has no
+    src/ (the package installed elsewhere). The methods' registry finds the method modules at run
+    time, so no import names them: train_code adds the run's own."""
     if not PACKAGE_DIR.is_dir():
         return []
-
-    def under(rel, names):
-        return any(part.as_posix() in names for part in (rel, *rel.parents))
-
-    files = []
-    for path in sorted(PACKAGE_DIR.rglob("*.py")):
-        rel = path.relative_to(PACKAGE_DIR)
-        if (include is None or under(rel, include)) and not under(rel, exclude):
-            files.append(os.path.relpath(path))  # relative to the working directory
-    return files
+    seen, todo = set(), list(entries)
+    while todo:
+        dotted = todo.pop()
+        if dotted in seen:
+            continue
+        seen.add(dotted)
+        parts = dotted.split(".")
+        todo += [".".join(parts[:i]) for i in range(len(parts))]  # its packages' __init__ run first
+        todo += sorted(_imported(dotted))
+    return sorted(os.path.relpath(_module_file(m)) for m in seen)  # relative to the working directory
 
 
 def train_code(method):
-    """Code of one method's training runs: an edit of another method's file (methods/<name>.py)
-    does not rerun them."""
-    mine = USES[ENTRIES[method].method.name]  # its module methods/<name>.py and those it imports
-    others = tuple(f"methods/{m}.py" for m in REGISTRY if m not in mine)
-    return package_code(exclude=NOT_TRAIN_CODE + others)
+    """Code of one method's training runs: train.py's imports and the method's own module with
+    those it builds on (fedsim.methods.USES); another method's file is not among them."""
+    return package_code("train", *(f"methods.{m}" for m in USES[ENTRIES[method].method.name]))
 
 
 # ---------------------------------------------------------------------------------------
@@ -572,11 +586,11 @@ def chosen_mu(tuned, method, setting):
     raise ValueError(f"{summary_path('tuned_mu.csv')} has no row for {method} in {setting}")
 
 
-def method_mus(method, setting, experiment, tuned=None, chosen_only=False):
+def method_mus(method, setting, experiment, tuned=None):
     """The mu values a method runs with in one setting of an experiment. A tuned method:
-    every mu of the grid where the experiment tunes it (unless `chosen_only`), else the
-    mu chosen in `tuned`, or none while `tuned` is not known. None at all where the method
-    does not apply (the authors' FedDANE on an LSTM dataset)."""
+    every mu of the grid where the experiment tunes it, else the mu chosen in `tuned`, or
+    "tuned" while `tuned` is not known. None at all where the method does not apply (the
+    authors' FedDANE on an LSTM dataset)."""
     exp = config["experiments"][experiment]
     if ENTRIES[method].mclr_only and dataset_cfg(setting.dataset)["kind"] in LSTM_KINDS:
         return []
@@ -584,34 +598,73 @@ def method_mus(method, setting, experiment, tuned=None, chosen_only=False):
     if kind != "none" and mu_source(experiment) == "fixed":
         return exp["mu"]
     if kind == "tuned":
-        if tunes_mu(experiment) and not chosen_only:
+        if tunes_mu(experiment):
             return exp.get("mu_grid", config["tuning"]["mu_grid"])
-        return [] if tuned is None else [chosen_mu(tuned, method, reference_setting(experiment, setting))]
+        return ["tuned"] if tuned is None else [chosen_mu(tuned, method, reference_setting(experiment, setting))]
     return [dataset_cfg(setting.dataset)["fedprox_mu"]] if kind == "fixed" else [0]
 
 
-def experiment_runs(experiment, tuned=None, chosen_only=False):
-    """Training runs of one experiment (sorted, no duplicates); see method_mus."""
-    exp = config["experiments"][experiment]
-    runs = {
-        Run(s.dataset, method, fmt(mu), s.K, s.E, s.T, theory_tag(experiment), fmt(seed))
-        for s in settings(experiment)
+PLAN_COLUMNS = ["experiment", *RUN_FIELDS, "rounds"]
+
+
+def plan(tuned=None):
+    """The experiments expanded into their training runs: one row per experiment and run (a run
+    two experiments share has a row in each, one path). mu is canonical text, or "tuned" where
+    another experiment's tuning chooses it and `tuned` (rows of tuned_mu.csv) is not known yet."""
+    rows = [
+        (name, s.dataset, method, fmt(mu), s.K, s.E, s.T, theory_tag(name), fmt(seed), tag_rounds(s.dataset, s.T))
+        for name, exp in config["experiments"].items()
+        for s in settings(name)
         for method in exp["methods"]
-        for mu in method_mus(method, s, experiment, tuned, chosen_only)
+        for mu in method_mus(method, s, name, tuned)
         for seed in exp.get("seeds", config["seeds"])
-    }
-    return sorted(runs)
+    ]
+    return pd.DataFrame(rows, columns=PLAN_COLUMNS)
+
+
+def runs_of(table):
+    """The distinct runs (sorted) of rows of a plan whose mu is known."""
+    known = table[table["mu"] != "tuned"]
+    return sorted({Run(*row) for row in known[list(RUN_FIELDS)].itertuples(index=False)})
+
+
+def experiment_runs(experiment, tuned=None, chosen_only=False):
+    """Training runs of one experiment; `chosen_only`: a method it tunes at its chosen mu only."""
+    table = plan(tuned)
+    table = table[table["experiment"] == experiment]
+    if chosen_only and tunes_mu(experiment):
+        chosen = [method_kind(r.method) != "tuned" or r.mu == chosen_mu(tuned, r.method, Setting(r.dataset, r.K, r.E, r.T))
+                  for r in table.itertuples()]
+        table = table[chosen]
+    return runs_of(table)
 
 
 def all_runs(tuned=None):
     """Every training run of every experiment; runs shared by experiments appear once."""
-    return sorted({run for name in config["experiments"] for run in experiment_runs(name, tuned)})
+    return runs_of(PLAN if tuned is None else plan(tuned))
 
 
 def tuning_runs():
     """The runs the tuned methods' mu is chosen from: their grid runs where they are tuned."""
-    experiments = [name for name in config["experiments"] if tunes_mu(name)]
-    return sorted({r for name in experiments for r in experiment_runs(name) if r.method in tuned_methods()})
+    table = PLAN[PLAN["experiment"].map(tunes_mu) & PLAN["method"].map(lambda m: method_kind(m) == "tuned")]
+    return runs_of(table)
+
+
+def write_plan(path):
+    """The plan before tuning, with every setting that shapes a run's result and the run's folder, as
+    CSV (rewritten only when it changes): what the DAG will train, readable before it does."""
+    table = PLAN.assign(
+        lr=[dataset_cfg(d)["lr"] for d in PLAN["dataset"]],
+        batch_size=[dataset_cfg(d)["batch_size"] for d in PLAN["dataset"]],
+        options=[method_options_text(m) for m in PLAN["method"]],
+        **{key: config["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
+        run=[run_dir(*run) if run.mu != "tuned" else "" for run in PLAN[list(RUN_FIELDS)].itertuples(index=False)],
+    )
+    text = table.to_csv(index=False)
+    if not Path(path).is_file() or Path(path).read_text() != text:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(f"{path}.tmp").write_text(text)
+        os.replace(f"{path}.tmp", path)
 
 
 def after_tuning():
@@ -784,13 +837,24 @@ def init_files(wildcards):
     return [] if init is None else [init.replace("{seed}", wildcards.seed)]
 
 
+def method_options(method):
+    """The options the config sets for a method or variant (method_options); those a variant fixes
+    stay as the variant has them."""
+    entry = ENTRIES[method]
+    options = config["method_options"].get(entry.method.name, {})
+    return {k: v for k, v in sorted(options.items()) if k not in entry.options}
+
+
+def method_options_text(method):
+    """All of a method's options, canonical JSON (the summary's `options` column)."""
+    return json.dumps(resolve(method, method_options(method))[1], sort_keys=True)
+
+
 def run_args(wildcards):
     """How a run is computed beyond its wildcards: the method as fedsim knows it, whose random
     draws, the initial model."""
     args = [f"--method {wildcards.method} --rng {config['simulator']['rng']}"]
-    entry = ENTRIES[wildcards.method]
-    options = config["method_options"].get(entry.method.name, {})  # those a variant fixes stay fixed
-    args += [f"--option {shlex.quote(f'{k}={v}')}" for k, v in sorted(options.items()) if k not in entry.options]
+    args += [f"--option {shlex.quote(f'{k}={v}')}" for k, v in method_options(wildcards.method).items()]
     args += [f"--init {shlex.quote(path)}" for path in init_files(wildcards)]
     return " ".join(args)
 
@@ -866,6 +930,8 @@ validate_config(config)
 # Not a param: it changes no result, so switching it reruns nothing.
 _warm_start = config["simulator"]["warm_start"] and os.environ.get("FEDSIM_WARM") != "0"  # either may say no
 os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
+PLAN = plan()  # the runs known before tuning; those after it join once tuned_mu.csv exists
+write_plan(summary_path("planned_runs.csv"))
 
 
 wildcard_constraints:

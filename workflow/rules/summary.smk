@@ -7,7 +7,7 @@ checkpoint tune:
     input:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
-        code=package_code(SUMMARY_CODE),
+        code=package_code("summary"),
     output:
         report(
             summary_path("tuned_mu.csv"),
@@ -39,7 +39,7 @@ rule summarise:
         known=info_paths(all_runs()),
         runs=infos_of(summary_runs),
         metrics=metrics_of(summary_runs),
-        code=package_code(SUMMARY_CODE),
+        code=package_code("summary"),
     output:
         report(
             summary_path("runs.csv"),
