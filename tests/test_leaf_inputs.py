@@ -101,25 +101,21 @@ def test_num_samples_disagreeing_with_the_data_is_named(tmp_path, capsys):
     assert "num_samples says 5 but the data hold 3" in line
 
 
-def test_label_out_of_range_in_femnist_json_is_named(tmp_path, capsys):
-    train, test = leaf_pair(tmp_path, {"w1": ([image(0.1)] * 2, [1, 2]),
-                                       "w7": ([image(0.2)] * 2, [3, 99])})
+@pytest.mark.parametrize("users, bad_user, import_problem, pool_problem", [
+    ({"w1": ([image(0.1)] * 2, [1, 2]), "w7": ([image(0.2)] * 2, [3, 99])}, "user w7",
+     "sample 1 has label 99, outside 0..61", "label 99, outside FEMNIST's 0..61"),
+    ({"w1": ([image(0.1), image(0.1, 783)], [1, 2])}, "user w1",
+     "sample 1 has 783 values, expected 784", "sample 1 has 783 values, expected 784"),
+], ids=["label_99", "image_of_783_values"])
+def test_a_bad_femnist_sample_is_named_by_both_readers(tmp_path, capsys, users, bad_user, import_problem,
+                                                       pool_problem):
+    train, test = leaf_pair(tmp_path, users)
     out = tmp_path / "out" / "f.h5"
-    line = assert_refused(import_argv(train, test, out, "--kind", "femnist"), out, capsys, train, "user w7")
-    assert "sample 1 has label 99, outside 0..61" in line
+    line = assert_refused(import_argv(train, test, out, "--kind", "femnist"), out, capsys, train, bad_user)
+    assert import_problem in line
     out = tmp_path / "out" / "pool.h5"
-    line = assert_refused(["prepare-femnist", "--json", train, "--out", out], out, capsys, train, "user w7")
-    assert "label 99, outside FEMNIST's 0..61" in line
-
-
-def test_an_image_of_783_values_is_named(tmp_path, capsys):
-    train, test = leaf_pair(tmp_path, {"w1": ([image(0.1), image(0.1, 783)], [1, 2])})
-    out = tmp_path / "out" / "f.h5"
-    line = assert_refused(import_argv(train, test, out, "--kind", "femnist"), out, capsys, train, "user w1")
-    assert "sample 1 has 783 values, expected 784" in line
-    out = tmp_path / "out" / "pool.h5"
-    line = assert_refused(["prepare-femnist", "--json", train, "--out", out], out, capsys, train, "user w1")
-    assert "sample 1 has 783 values, expected 784" in line
+    line = assert_refused(["prepare-femnist", "--json", train, "--out", out], out, capsys, train, bad_user)
+    assert pool_problem in line
 
 
 def tiny_pool(tmp_path, images=46):

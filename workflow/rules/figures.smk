@@ -26,8 +26,8 @@ rule figure:
             labels={"figure": "{experiment}", "metric": "test accuracy"},
         ),
     params:
-        command=lambda wildcards: config["experiments"][wildcards.experiment]["figure"],
-        x_axis=config["figures"]["x_axis"],
+        command=lookup(dpath="experiments/{experiment}/figure", within=config),
+        x_axis=lookup(dpath="figures/x_axis", within=config),
     wildcard_constraints:
         experiment=alternatives(figure_experiments()),
     conda:
@@ -63,7 +63,7 @@ rule tuning_figure:
             labels={"figure": "tuning", "metric": "training loss"},
         ),
     params:
-        fraction=config["tuning"]["fraction"],
+        fraction=lookup(dpath="tuning/fraction", within=config),
     conda:
         "../envs/fedsim.yaml"
     threads: 1

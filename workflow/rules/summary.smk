@@ -16,7 +16,7 @@ checkpoint tune:
         ),
     params:
         methods=" ".join(tuned_methods()),
-        fraction=config["tuning"]["fraction"],
+        fraction=lookup(dpath="tuning/fraction", within=config),
     conda:
         "../envs/fedsim.yaml"
     threads: 1
@@ -47,7 +47,7 @@ rule summarise:
             category="Tables",
         ),
     params:
-        fraction=config["tuning"]["fraction"],
+        fraction=lookup(dpath="tuning/fraction", within=config),
     conda:
         "../envs/fedsim.yaml"
     threads: 1
