@@ -7,11 +7,11 @@ rule download:
     """One raw source file, from its local copy, mirror folder or base URL; kept only once its
     checksums passed (see `sources` in the config)."""
     input:
-        fetch_inputs,
+        lambda wildcards: fetch_inputs(wildcards.source),
     output:
         raw_path(),
     params:
-        args=fetch_args,
+        args=lambda wildcards: fetch_args(wildcards.source, wildcards.file),
     wildcard_constraints:
         source=alternatives(config["sources"]),
         file=r"[^/]+",

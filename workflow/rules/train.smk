@@ -11,7 +11,7 @@ rule train:
     input:
         data=dataset_path(),
         code=lambda wildcards: train_code(wildcards.method),
-        init=init_files,
+        init=lambda wildcards: init_files(wildcards.seed),
     output:
         metrics=metrics_path(),
         info=info_path(),
@@ -21,7 +21,7 @@ rule train:
         rounds=lambda wildcards: tag_rounds(wildcards.dataset, wildcards.T),
         selection=lookup(dpath="simulator/selection", within=config),
         second_subset=lookup(dpath="simulator/second_subset", within=config),
-        run_args=run_args,
+        run_args=lambda wildcards: run_args(wildcards.method, wildcards.seed),
         device=lambda wildcards: train_device(wildcards.dataset),
         eval_args=lambda wildcards: eval_args(wildcards.dataset),
         theory=lambda wildcards: "--theory" if wildcards.theory else "",
@@ -31,7 +31,7 @@ rule train:
     threads: config["simulator"]["threads"]
     resources:
         mem_mb=lambda wildcards: train_mem_mb(wildcards.dataset),
-        runtime=train_runtime,
+        runtime=lambda w: train_runtime(w.dataset, w.T, w.E, w.K, w.theory),
         gpu=lambda wildcards: train_gpus(wildcards.dataset),
     log:
         log_path("train", run_stem()),

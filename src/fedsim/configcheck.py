@@ -1,0 +1,266 @@
+"""The workflow config checked before any job: the schema (with its defaults filled in), then what a
+schema cannot say (cross-references, K against devices, sizes). Every mistake is one ConfigError,
+whose text is one line naming the key path and the problem.
+
+Why not snakemake.utils.validate: it reports the first error its validator meets (we report the
+most relevant one, jsonschema's best_match), and JSON Schema counts 2.0 as an integer, so K: 2.0
+would pass beside K: 2; here integers are ints only.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+from .experiments import (LSTM_KINDS, ConfigError, as_list, dataset_sources, experiment_ks, method_kind,
+                          n_devices, synthetic_settings, used_datasets)
+from .methods import ENTRIES, REGISTRY
+
+# Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
+MAX_ROUNDS = 100_000
+MAX_RUNS = 10_000
+MAX_DATASET_GB = 8.0
+SYNTHETIC_MEAN_SAMPLES = 453  # E[int(lognormal(4, 2))] + 50 = e^6 + 50: FedProx's device sizes
+
+
+def load_schema(path) -> dict:
+    """The config schema, its method list filled in from fedsim's registry (methods and variants)."""
+    schema = yaml.safe_load(Path(path).read_text())
+    schema["definitions"]["method"]["enum"] = list(ENTRIES)
+    return schema
+
+
+def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
+    """Fill defaults into `cfg` and check it; raise ConfigError on the first mistake. `files`: the
+    YAML files it was read from (their duplicate keys are refused); `project_dir`: where the
+    workflow lives (results_dir must not be it)."""
+    for name in files:
+        check_duplicate_keys(name)
+    bad = _non_finite(cfg)
+    if bad is not None:
+        raise ConfigError(bad, f"{_value_at(cfg, bad)} is not a finite number")
+    validator = _with_defaults(jsonschema.Draft7Validator)(schema)
+    error = jsonschema.exceptions.best_match(validator.iter_errors(cfg))
+    if error is not None:
+        raise ConfigError(*_explain(error))
+    _check_results_dir(cfg, project_dir)
+    for name, entry in cfg["datasets"].items():
+        if entry["kind"] == "synthetic" and entry["iid"]:
+            for key in ("alpha", "beta"):
+                if entry[key] != 0:
+                    raise ConfigError(["datasets", name, key], "must be 0 when iid is true")
+    for name, exp in cfg["experiments"].items():
+        _check_experiment(cfg, name, exp)
+    _check_rng(cfg)
+    _check_method_options(cfg)
+    _check_datasets_used(cfg)
+    if not cfg["allow_large"]:
+        _check_sizes(cfg)
+
+
+# ---------------------------------------------------------------------------------------
+# The schema's errors, explained in one line
+# ---------------------------------------------------------------------------------------
+
+def _with_defaults(validator_class):
+    """A validator class that also fills in the schema's `default` values, and whose integers
+    are ints only: 2.0 where an integer is meant is refused, so that 2.0 and 2 can never name
+    two runs (JSON Schema itself counts 2.0 as an integer)."""
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def properties(validator, props, instance, schema):
+        if validator.is_type(instance, "object"):
+            for key, subschema in props.items():
+                if "default" in subschema and key not in instance:
+                    instance[key] = copy.deepcopy(subschema["default"])
+        yield from validate_properties(validator, props, instance, schema)
+
+    types = validator_class.TYPE_CHECKER.redefine(
+        "integer", lambda _, value: isinstance(value, int) and not isinstance(value, bool))
+    return jsonschema.validators.extend(validator_class, {"properties": properties}, type_checker=types)
+
+
+def _explain(error):
+    """(key path, one-line problem) for a jsonschema error."""
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = set(error.schema.get("properties", {}))
+        unknown = sorted(str(k) for k in error.instance if k not in known)
+        return path + unknown[:1], f"unknown key (allowed here: {', '.join(sorted(known)) or 'none'})"
+    if error.validator == "required" and isinstance(error.instance, dict):
+        missing = [k for k in error.validator_value if k not in error.instance]
+        return path + missing[:1], "required key is missing"
+    if "propertyNames" in error.schema_path:
+        return path + [str(error.instance)], "invalid name (use letters, digits, '_', '.', '-'; start with a letter or digit)"
+    if error.validator in ("oneOf", "anyOf") and "description" in error.schema:
+        return path, f"{error.instance!r} is not {error.schema['description']}"
+    problem = " ".join(error.message.split())
+    if error.validator == "type" and _is_number_text(error.instance):
+        problem += " (YAML reads 1e-3 as text: write 0.001 or 1.0e-3)"
+    return path, problem
+
+
+def _is_number_text(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(value, str)
+
+
+def _duplicate_keys(node, path=()):
+    """(key path, line) of every key repeated in one YAML mapping under `node`."""
+    if isinstance(node, yaml.MappingNode):
+        seen = set()
+        for key, value in node.value:
+            if key.value in seen:
+                yield [*path, key.value], key.start_mark.line + 1
+            seen.add(key.value)
+            yield from _duplicate_keys(value, (*path, key.value))
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            yield from _duplicate_keys(item, (*path, i))
+
+
+def check_duplicate_keys(name) -> None:
+    """YAML keeps the last of two equal keys in a mapping, silently: refuse them instead."""
+    with open(name) as handle:
+        node = yaml.compose(handle, Loader=yaml.SafeLoader)
+    for path, line in _duplicate_keys(node):
+        raise ConfigError(path, f"duplicate key in {name}, line {line} (YAML would keep only the last)")
+
+
+def _non_finite(value, path=()):
+    """The key path of the first NaN or infinite number in `value`, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return list(path)
+    children = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in children:
+        found = _non_finite(child, (*path, key))
+        if found is not None:
+            return found
+    return None
+
+
+def _value_at(cfg, path):
+    for key in path:
+        cfg = cfg[key]
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------
+# What the schema cannot say
+# ---------------------------------------------------------------------------------------
+
+def _check_results_dir(cfg, project_dir) -> None:
+    """A results folder that is a filesystem root or the project itself would mix or bury it."""
+    folder = Path(cfg["results_dir"]).resolve()
+    for forbidden, what in ((Path(folder.anchor), "a filesystem root"), (Path(project_dir).resolve(),
+                            "the project folder"), (Path.cwd().resolve(), "the working directory")):
+        if folder == forbidden:
+            raise ConfigError(["results_dir"], f"{cfg['results_dir']!r} is {what}; name a folder below it")
+
+
+def _check_experiment(cfg, name, exp) -> None:
+    where = ["experiments", name]
+    if name == "tuning" or name.endswith("_test_acc"):
+        raise ConfigError(where, "reserved name (tuning and *_test_acc are figure file names)")
+    given = [key for key in ("clients_per_round", "clients_fraction") if key in exp]
+    if len(given) != 1:
+        raise ConfigError(where + (given[1:] or ["clients_per_round"]), "give one of clients_per_round, clients_fraction")
+    for i, dataset in enumerate(exp["datasets"]):
+        if dataset not in cfg["datasets"]:
+            raise ConfigError(where + ["datasets", i],
+                              f"unknown dataset {dataset!r} (defined under datasets: {', '.join(cfg['datasets'])})")
+        experiment_ks(cfg, name, dataset)  # raises where K is undefined or too large
+        if exp.get("theory") and cfg["datasets"][dataset]["kind"] in LSTM_KINDS:
+            raise ConfigError(where + ["theory"], f"the theorems' constants are measured for MCLR models only, not {dataset}")
+    if exp.get("figure") == "theory" and not exp.get("theory"):
+        raise ConfigError(where + ["theory"], "must be true for figure: theory (its runs log the constants it draws)")
+    if "mu" in exp:
+        for key in ("mu_from", "mu_grid"):
+            if key in exp:
+                raise ConfigError(where + [key], "not with `mu` (the experiment's mu values are fixed)")
+    if "mu_from" in exp:
+        _check_mu_from(cfg, name, exp)
+
+
+def _check_mu_from(cfg, name, exp) -> None:
+    """The experiment named by mu_from must tune mu in ONE setting per dataset of ours."""
+    where, source = ["experiments", name, "mu_from"], exp["mu_from"]
+    ref = cfg["experiments"].get(source)
+    if ref is None or source == name or "mu_from" in ref or "mu" in ref:
+        raise ConfigError(where, f"{source!r} is not another experiment that tunes mu itself")
+    for method in (m for m in exp["methods"] if method_kind(m) == "tuned"):
+        if method not in ref["methods"]:
+            raise ConfigError(where, f"experiment {source} does not run {method}")
+    for dataset in exp["datasets"]:
+        if dataset not in ref["datasets"]:
+            raise ConfigError(where, f"experiment {source} does not run dataset {dataset}")
+        if len(experiment_ks(cfg, source, dataset)) > 1 or len(as_list(ref["epochs"])) > 1:
+            raise ConfigError(where, f"experiment {source} tunes several K or E on {dataset}")
+
+
+def _check_rng(cfg) -> None:
+    """The authors' draws select uniformly, and FedDANE's two subsets alike (fedsim.authors)."""
+    sim = cfg["simulator"]
+    if sim["rng"] != "authors":
+        return
+    if sim["selection"] != "uniform":
+        raise ConfigError(["simulator", "selection"], "must be uniform with rng: authors (their code's)")
+    two_subsets = [m for e in cfg["experiments"].values() for m in e["methods"] if ENTRIES[m].method.gradients == "sampled"]
+    if two_subsets and sim["second_subset"] != "same":
+        raise ConfigError(["simulator", "second_subset"], "must be same with rng: authors (their FedDANE draws "
+                          "its second subset with the first one's seed)")
+
+
+def _check_method_options(cfg) -> None:
+    """Each method's settings, checked by the method itself (fedsim.methods: its `options`)."""
+    for name, options in cfg["method_options"].items():
+        if name not in REGISTRY:
+            raise ConfigError(["method_options", name], f"unknown method (one of {', '.join(REGISTRY)})")
+        for key, value in options.items():
+            try:
+                REGISTRY[name].resolve({key: value})
+            except ValueError as err:
+                raise ConfigError(["method_options", name, key], str(err)) from None
+
+
+def _check_datasets_used(cfg) -> None:
+    """The raw sources of the datasets some experiment runs, and their metric samples."""
+    for name in used_datasets(cfg):
+        for source in dataset_sources(cfg, name):
+            if source not in cfg["sources"]:
+                raise ConfigError(["sources", source], f"required by dataset {name} (kind {cfg['datasets'][name]['kind']})")
+        devices, sample = n_devices(cfg, name), cfg["datasets"][name].get("eval_devices")
+        if devices is not None and sample is not None and sample > devices:
+            raise ConfigError(["datasets", name, "eval_devices"], f"{sample} is more than the dataset's {devices} devices")
+
+
+def _check_sizes(cfg) -> None:
+    """Refuse plans that would run for days or fill the disk, saying how big they are."""
+    hint = "set allow_large: true to run it anyway"
+    for name in used_datasets(cfg):
+        entry = cfg["datasets"][name]
+        if entry["rounds"] > MAX_ROUNDS:
+            raise ConfigError(["datasets", name, "rounds"], f"{entry['rounds']} is above the ceiling of {MAX_ROUNDS} ({hint})")
+        if entry["kind"] == "synthetic":
+            settings = synthetic_settings(cfg, name)
+            gigabytes = settings["devices"] * SYNTHETIC_MEAN_SAMPLES * (settings["features"] + 1) * 4 / 1e9
+            if gigabytes > MAX_DATASET_GB:
+                key = ["datasets", name, "devices"] if "devices" in entry else ["synthetic", "devices"]
+                raise ConfigError(key, f"{settings['devices']} devices would make a dataset of about "
+                                  f"{gigabytes:,.0f} GB (above the ceiling of {MAX_DATASET_GB:g} GB; {hint})")
+    runs = 0
+    for name, exp in cfg["experiments"].items():
+        if exp.get("rounds", 0) > MAX_ROUNDS:
+            raise ConfigError(["experiments", name, "rounds"], f"{exp['rounds']} is above the ceiling of {MAX_ROUNDS} ({hint})")
+        grid = len(exp.get("mu", exp.get("mu_grid", cfg["tuning"]["mu_grid"])))
+        per_setting = len(exp["methods"]) * grid * len(exp.get("seeds", cfg["seeds"]))
+        runs += per_setting * len(exp["datasets"]) * len(as_list(exp.get("clients_per_round", 1))) * len(as_list(exp["epochs"]))
+    if runs > MAX_RUNS:
+        raise ConfigError(["experiments"], f"up to {runs:,} training runs are above the ceiling of {MAX_RUNS:,} ({hint})")

@@ -1,0 +1,251 @@
+"""A workflow config's experiments expanded into training runs: the runs table.
+
+Pure functions of the config (a dict as the schema leaves it, defaults filled in): no torch, no
+Snakemake. The workflow (workflow/rules/common.smk) binds them to its config; tests call them
+directly. An experiment runs datasets x methods x K x E x seeds, each method at its mu values:
+none (0), fixed (the dataset's fedprox_mu), tuned (every mu of the grid where the experiment tunes
+it, else the mu tuned in its `mu_from` experiment), or the experiment's own `mu` list.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+from decimal import Decimal
+
+import pandas as pd
+
+from .methods import ENTRIES
+
+LSTM_KINDS = ("shakespeare", "sent140")
+LEAF_KINDS = ("femnist", "shakespeare", "sent140")
+SYNTHETIC_KEYS = ("devices", "features", "classes", "train_fraction", "seed")
+# What names a run (its folder); T is the rounds tag, theory the theory tag (run_stem)
+RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "T", "theory", "seed")
+PLAN_COLUMNS = ["experiment", *RUN_FIELDS, "rounds"]
+Run = namedtuple("Run", RUN_FIELDS)
+Setting = namedtuple("Setting", ("dataset", "K", "E", "T"))  # a run without method, mu, theory, seed
+
+
+class ConfigError(ValueError):
+    """A config mistake: the key path (a list of keys and indices, or text) and the problem."""
+
+    def __init__(self, path, problem: str):
+        self.path = path if isinstance(path, str) else key_path(path)
+        self.problem = problem
+        super().__init__(f"Config error at {self.path}: {problem}")
+
+
+def key_path(parts) -> str:
+    """['a', 'b', 0, 'c'] -> 'a.b[0].c'."""
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text or "(top level)"
+
+
+def as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def fmt(x) -> str:
+    """Canonical text of a number for paths: 0 -> '0', 1.0 -> '1', 1e-3 -> '0.001'. Strings
+    (wildcard patterns such as '{mu}', or already formatted values) pass through."""
+    if isinstance(x, str):
+        return x
+    text = format(Decimal(repr(float(x))), "f")
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
+# ---------------------------------------------------------------------------------------
+# Datasets
+# ---------------------------------------------------------------------------------------
+
+def synthetic_settings(cfg, dataset) -> dict:
+    """Generator settings of a synthetic dataset: shared `synthetic` + its overrides."""
+    entry = cfg["datasets"][dataset]
+    return {**cfg["synthetic"], **{k: entry[k] for k in SYNTHETIC_KEYS if k in entry}}
+
+
+def n_devices(cfg, dataset):
+    """Number of devices of a dataset, where the config determines it (else None): the LEAF and
+    JSON kinds' count is the one the config declares (checked when the file is built)."""
+    if cfg["datasets"][dataset]["kind"] == "synthetic":
+        return synthetic_settings(cfg, dataset)["devices"]
+    return cfg["datasets"][dataset].get("devices")
+
+
+def used_datasets(cfg) -> list[str]:
+    """The datasets some experiment runs (others may be defined but are never built)."""
+    return sorted({d for exp in cfg["experiments"].values() for d in exp["datasets"]})
+
+
+def dataset_sources(cfg, dataset) -> list[str]:
+    """The raw sources (keys of `sources`) a dataset is built from."""
+    entry = cfg["datasets"][dataset]
+    if entry["kind"] == "femnist":
+        return [] if "json" in entry else ["nist_by_class"]
+    return {"synthetic": [], "json": [], "shakespeare": ["shakespeare"], "sent140": ["sent140", "glove"]}[entry["kind"]]
+
+
+def rounds_tag(cfg, dataset, rounds=None) -> str:
+    """'' for the dataset's own number of rounds (the paper's; also rounds=None), else
+    '_T<rounds>': the paper's runs keep short paths, an experiment's `rounds` gets its own."""
+    return "" if rounds in (None, cfg["datasets"][dataset]["rounds"]) else f"_T{rounds}"
+
+
+def tag_rounds(cfg, dataset, tag) -> int:
+    """The number of rounds a rounds tag stands for."""
+    return int(tag[2:]) if tag else cfg["datasets"][dataset]["rounds"]
+
+
+# ---------------------------------------------------------------------------------------
+# Experiments
+# ---------------------------------------------------------------------------------------
+
+def experiment_ks(cfg, name, dataset) -> list:
+    """The K values (devices per round) an experiment runs on a dataset: `clients_per_round`, or
+    `clients_fraction` of the dataset's devices (rounded, at least 1). Raises ConfigError naming
+    the key where K is undefined or, drawing without replacement, larger than the devices."""
+    exp, devices = cfg["experiments"][name], n_devices(cfg, dataset)
+    if "clients_per_round" in exp:
+        key, ks = "clients_per_round", as_list(exp["clients_per_round"])
+    else:
+        key, fraction = "clients_fraction", exp["clients_fraction"]
+        if isinstance(fraction, dict):
+            fraction = fraction.get(dataset, fraction.get("default"))
+        if fraction is None:
+            raise ConfigError(["experiments", name, key], f"no fraction for {dataset} (nor a default)")
+        if devices is None:
+            raise ConfigError(["datasets", dataset, "devices"], f"needed for {key} of experiment {name}")
+        ks = [max(1, round(fraction * devices))]
+    if cfg["simulator"]["selection"] == "uniform" and devices is not None:
+        for k in ks:
+            if k > devices:
+                raise ConfigError(["experiments", name, key], f"{k} is more than the {devices} devices of dataset {dataset}")
+    return ks
+
+
+def method_kind(method) -> str:
+    """How a method's (or variant's) mu is chosen: none (0), fixed (fedprox_mu), tuned."""
+    return ENTRIES[method].method.mu
+
+
+def tuned_methods(cfg) -> list[str]:
+    """The methods whose mu is tuned (the registry says which), among those the experiments run."""
+    used = {m for exp in cfg["experiments"].values() for m in exp["methods"]}
+    return [m for m in ENTRIES if method_kind(m) == "tuned" and m in used]
+
+
+def mu_source(cfg, experiment) -> str:
+    """Where an experiment's tuned methods get their mu: `fixed` (its own list `mu`, every method
+    with a proximal term runs each), `from` (the mu tuned in its `mu_from` experiment, on the
+    same dataset) or `grid` (it runs the grid and tunes itself)."""
+    exp = cfg["experiments"][experiment]
+    if "mu" in exp:
+        return "fixed"
+    return "from" if "mu_from" in exp and not cfg["tuning"]["per_setting"] else "grid"
+
+
+def tunes_mu(cfg, experiment) -> bool:
+    return mu_source(cfg, experiment) == "grid"
+
+
+def theory_tag(cfg, experiment) -> str:
+    """'_theory' in the paths of an experiment whose runs log the theorems' constants: they cost
+    more than the same runs without, which other experiments share."""
+    return "_theory" if cfg["experiments"][experiment].get("theory") else ""
+
+
+def settings(cfg, experiment) -> list[Setting]:
+    """Every (dataset, K, E, rounds tag) of an experiment."""
+    exp = cfg["experiments"][experiment]
+    return [Setting(dataset, fmt(K), fmt(E), rounds_tag(cfg, dataset, exp.get("rounds")))
+            for dataset in exp["datasets"] for K in experiment_ks(cfg, experiment, dataset)
+            for E in as_list(exp["epochs"])]
+
+
+def reference_setting(cfg, experiment, setting) -> Setting:
+    """The setting whose tuning gives the tuned method's mu in `setting`: itself, or the same
+    dataset's (only) setting in the `mu_from` experiment."""
+    if tunes_mu(cfg, experiment):
+        return setting
+    source = cfg["experiments"][experiment]["mu_from"]
+    return next(s for s in settings(cfg, source) if s.dataset == setting.dataset)
+
+
+def chosen_mu(cfg, tuned, method, setting) -> str:
+    """The mu chosen for `method` in `setting` in `tuned` (rows of tuned_mu.csv)."""
+    key = (method, setting.dataset, setting.K, setting.E, tag_rounds(cfg, setting.dataset, setting.T))
+    for row in tuned:
+        numbers = (fmt(float(row[c])) for c in ("clients_per_round", "epochs"))
+        if (row["method"], row["dataset"], *numbers, int(row["rounds"])) == key:
+            return fmt(float(row["chosen_mu"]))
+    raise ValueError(f"tuned_mu.csv has no row for {method} in {setting}")
+
+
+def method_mus(cfg, method, setting, experiment, tuned=None) -> list:
+    """The mu values a method runs with in one setting of an experiment. A tuned method: every mu
+    of the grid where the experiment tunes it, else the mu chosen in `tuned`, or "tuned" while
+    `tuned` is not known. None at all where the method does not apply (the authors' FedDANE on
+    an LSTM dataset)."""
+    exp, kind = cfg["experiments"][experiment], method_kind(method)
+    if ENTRIES[method].mclr_only and cfg["datasets"][setting.dataset]["kind"] in LSTM_KINDS:
+        return []
+    if kind != "none" and mu_source(cfg, experiment) == "fixed":
+        return exp["mu"]
+    if kind == "tuned":
+        if tunes_mu(cfg, experiment):
+            return exp.get("mu_grid", cfg["tuning"]["mu_grid"])
+        return ["tuned"] if tuned is None else [chosen_mu(cfg, tuned, method, reference_setting(cfg, experiment, setting))]
+    return [cfg["datasets"][setting.dataset]["fedprox_mu"]] if kind == "fixed" else [0]
+
+
+# ---------------------------------------------------------------------------------------
+# The runs table
+# ---------------------------------------------------------------------------------------
+
+def plan(cfg, tuned=None) -> pd.DataFrame:
+    """The experiments expanded into their training runs: one row per experiment and run (a run
+    two experiments share has a row in each, one path). mu is canonical text, or "tuned" where
+    another experiment's tuning chooses it and `tuned` (rows of tuned_mu.csv) is not known yet."""
+    rows = [
+        (name, s.dataset, method, fmt(mu), s.K, s.E, s.T, theory_tag(cfg, name), fmt(seed),
+         tag_rounds(cfg, s.dataset, s.T))
+        for name, exp in cfg["experiments"].items()
+        for s in settings(cfg, name)
+        for method in exp["methods"]
+        for mu in method_mus(cfg, method, s, name, tuned)
+        for seed in exp.get("seeds", cfg["seeds"])
+    ]
+    return pd.DataFrame(rows, columns=PLAN_COLUMNS)
+
+
+def runs_of(table: pd.DataFrame) -> list[Run]:
+    """The distinct runs (sorted) of rows of a plan whose mu is known."""
+    known = table[table["mu"] != "tuned"]
+    return sorted({Run(*row) for row in known[list(RUN_FIELDS)].itertuples(index=False)})
+
+
+def experiment_runs(cfg, experiment, tuned=None, chosen_only=False) -> list[Run]:
+    """Training runs of one experiment; `chosen_only`: a method it tunes at its chosen mu only."""
+    table = plan(cfg, tuned)
+    table = table[table["experiment"] == experiment]
+    if chosen_only and tunes_mu(cfg, experiment):
+        keep = [method_kind(r.method) != "tuned"
+                or r.mu == chosen_mu(cfg, tuned, r.method, Setting(r.dataset, r.K, r.E, r.T))
+                for r in table.itertuples()]
+        table = table[keep]
+    return runs_of(table)
+
+
+def tuning_runs(cfg, table: pd.DataFrame) -> list[Run]:
+    """The runs of a plan the tuned methods' mu is chosen from: their grid runs where they are tuned."""
+    tuning = table["experiment"].map(lambda name: tunes_mu(cfg, name))
+    return runs_of(table[tuning & table["method"].map(lambda m: method_kind(m) == "tuned")])
+
+
+def after_tuning(cfg) -> bool:
+    """Whether some runs are known only after tuning (an experiment with `mu_from`)."""
+    return any(mu_source(cfg, name) == "from" for name in cfg["experiments"])

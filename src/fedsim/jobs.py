@@ -1,0 +1,203 @@
+"""The workflow's jobs as fedsim commands: their arguments and resources, from the config, and
+the package code each one runs (so that an edit reruns exactly the jobs whose code changed).
+
+Pure functions of the config (as fedsim.configcheck leaves it) and of a job's wildcards; no torch,
+no Snakemake. workflow/rules/common.smk binds them to its config; a rule's params are these
+strings, so changing a setting reruns exactly the jobs whose command it changes.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shlex
+from pathlib import Path
+
+from .experiments import LEAF_KINDS, LSTM_KINDS, as_list, fmt, synthetic_settings, tag_rounds
+from .methods import ENTRIES, resolve
+
+# Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim)
+LEAF_KEYS = {"shakespeare": ("fraction", "min_samples", "min_samples_rule", "train_fraction", "seed"),
+             "sent140": ("fraction", "min_samples", "min_samples_rule", "train_fraction", "seed", "glove_dim"),
+             "femnist": ("variant", "seed")}
+FLAGS = {"glove_dim": "dim"}
+
+
+def synthetic_args(cfg, dataset) -> str:
+    """Arguments of `fedsim generate-synthetic` for one dataset."""
+    entry, settings = cfg["datasets"][dataset], synthetic_settings(cfg, dataset)
+    args = [f"--alpha {fmt(entry['alpha'])}", f"--beta {fmt(entry['beta'])}", *(["--iid"] if entry["iid"] else [])]
+    args += [f"--devices {settings['devices']}", f"--features {settings['features']}", f"--classes {settings['classes']}",
+             f"--train-fraction {fmt(settings['train_fraction'])}", f"--seed {settings['seed']}"]
+    return " ".join(args)
+
+
+def leaf_args(cfg, dataset) -> str:
+    """Arguments of `fedsim prepare-<kind>` besides its raw inputs: LEAF's sampling, the
+    construction's settings and the device count the config declares."""
+    entry = cfg["datasets"][dataset]
+    args = [f"--{FLAGS.get(k, k).replace('_', '-')} {fmt(entry[k])}" for k in LEAF_KEYS[entry["kind"]]]
+    args += ["--allow-reuse"] if entry.get("allow_reuse") else []
+    return " ".join(args + _expect_devices(entry))
+
+
+def json_args(cfg, dataset) -> str:
+    """Arguments of `fedsim import-json` besides its inputs."""
+    entry = cfg["datasets"][dataset]
+    args = [f"--order {entry['order']} --test-only {entry['test_only']}"]
+    args += [f"--classes {entry['classes']}"] if "classes" in entry else []
+    return " ".join(args + _expect_devices(entry))
+
+
+def _expect_devices(entry) -> list[str]:
+    return [f"--expect-devices {entry['devices']}"] if "devices" in entry else []
+
+
+def raw_file(cfg, source) -> str:
+    """The name a source's file gets under raw_dir: the local copy's own name where `path` is
+    given (a .txt.gz copy stays one), else the source's file name."""
+    entry = cfg["sources"][source]
+    return Path(entry["path"]).name if "path" in entry else entry["file"]
+
+
+def fetch_inputs(cfg, source) -> list[str]:
+    """A local copy or mirror file is an input of the download (Snakemake names it when missing)."""
+    entry = cfg["sources"][source]
+    if "path" in entry:
+        return [entry["path"]]
+    return [str(Path(entry["mirror"], entry["file"]))] if "mirror" in entry else []
+
+
+def fetch_args(cfg, source, file) -> str:
+    """Arguments of `fedsim fetch` for one source: the origin used (only that one, so editing an
+    unused base_url reruns nothing) and the checksums to check."""
+    entry = cfg["sources"][source]
+    if file != raw_file(cfg, source):
+        raise ValueError(f"{source}: expected file {raw_file(cfg, source)}, not {file}")
+    if "path" in entry:
+        origin = f"--path {shlex.quote(entry['path'])}"
+    elif "mirror" in entry:
+        origin = f"--mirror {shlex.quote(entry['mirror'])}"
+    else:
+        origin = f"--base-url {shlex.quote(entry['base_url'])}"
+    checks = [f"--{algo} {entry[algo]}" for algo in ("sha256", "md5") if entry.get(algo)]
+    if "path" in entry and Path(entry["path"]).name != entry["file"]:
+        checks = []  # another file than the published archive: its digests are logged, not checked
+    return " ".join([origin, *(checks or ["--no-verify"])])
+
+
+def init_files(cfg, seed) -> list[str]:
+    """The run's initial model file, where `simulator.init` names one ({seed}: the run's seed)."""
+    init = cfg["simulator"]["init"]
+    return [] if init is None else [init.replace("{seed}", str(seed))]
+
+
+def method_options(cfg, method) -> dict:
+    """The options the config sets for a method or variant (method_options); those a variant fixes
+    stay as the variant has them."""
+    entry = ENTRIES[method]
+    options = cfg["method_options"].get(entry.method.name, {})
+    return {k: v for k, v in sorted(options.items()) if k not in entry.options}
+
+
+def method_options_text(cfg, method) -> str:
+    """All of a method's options, canonical JSON (the summary's `options` column)."""
+    return json.dumps(resolve(method, method_options(cfg, method))[1], sort_keys=True)
+
+
+def run_args(cfg, method, seed) -> str:
+    """How a run is computed beyond its wildcards: the method as fedsim knows it, whose random
+    draws, the initial model."""
+    args = [f"--method {method} --rng {cfg['simulator']['rng']}"]
+    args += [f"--option {shlex.quote(f'{k}={v}')}" for k, v in method_options(cfg, method).items()]
+    args += [f"--init {shlex.quote(path)}" for path in init_files(cfg, seed)]
+    return " ".join(args)
+
+
+def eval_args(cfg, dataset) -> str:
+    """How a run reads its dataset and on how many devices it computes the metrics."""
+    entry = cfg["datasets"][dataset]
+    return f"--load {entry['load']}" + (f" --eval-devices {entry['eval_devices']}" if "eval_devices" in entry else "")
+
+
+def train_device(cfg, dataset) -> str:
+    """Where a dataset's runs compute: `simulator.device`, where `auto` means the GPU (if there is
+    one) for the LSTM datasets and the CPU for the MCLR ones (small matmuls, faster on a core)."""
+    device = cfg["simulator"]["device"]
+    return "cpu" if device == "auto" and cfg["datasets"][dataset]["kind"] not in LSTM_KINDS else device
+
+
+def train_gpus(cfg, dataset) -> int:
+    """GPUs a training job asks the scheduler for: one wherever it may compute on a GPU."""
+    return int(train_device(cfg, dataset) != "cpu")
+
+
+def train_mem_mb(cfg, dataset) -> int:
+    return 8192 if cfg["datasets"][dataset]["kind"] in LEAF_KINDS else 2048
+
+
+def train_runtime(cfg, dataset, T, E, K, theory) -> int:
+    """Minutes a run may take; generous: a 200-round, E = 20, K = 10 synthetic run takes about 15 s
+    on one CPU core, and the time grows with rounds x E x K (x 3 logging the theory)."""
+    return 5 + tag_rounds(cfg, dataset, T) * int(E) * int(K) * (3 if theory else 1) // 4000
+
+
+def json_inputs(cfg, dataset) -> dict:
+    """The train and test JSON files or folders of a dataset of kind json."""
+    entry = cfg["datasets"][dataset]
+    return {"train": as_list(entry["train"]), "test": as_list(entry["test"])}
+
+
+# ---------------------------------------------------------------------------------------
+# The code a job runs, from its modules' imports
+# ---------------------------------------------------------------------------------------
+
+def _module_file(package_dir, dotted):
+    """src/fedsim/<dotted name as a path>.py or that package's __init__.py; None if neither exists."""
+    base = package_dir.joinpath(*dotted.split(".")) if dotted else package_dir
+    candidates = [base.with_suffix(".py"), base / "__init__.py"] if dotted else [base / "__init__.py"]
+    return next((path for path in candidates if path.is_file()), None)
+
+
+def _imported(package_dir, dotted):
+    """The fedsim modules (dotted names) one module imports, at any depth of its code (a lazy
+    import inside a function is code the job runs too)."""
+    path = _module_file(package_dir, dotted)
+    parts = dotted.split(".") if dotted else []
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "fedsim":
+            base = node.module.split(".")[1:]
+        elif isinstance(node, ast.Import):
+            found |= {".".join(a.name.split(".")[1:]) for a in node.names if a.name.split(".")[0] == "fedsim"}
+            continue
+        else:
+            continue
+        found.add(".".join(base))
+        found |= {".".join([*base, a.name]) for a in node.names if _module_file(package_dir, ".".join([*base, a.name]))}
+    return {m for m in found if _module_file(package_dir, m)}
+
+
+def package_code(package_dir, *entries):
+    """The package's source files a job running the modules `entries` executes: each one, what it
+    imports, transitively, and the packages' __init__.py on the way. Derived from the imports, so a
+    refactor cannot silently stop (or start) reruns. Empty where the workflow's checkout has no
+    src/ (the package installed elsewhere). The methods' registry finds the method modules at run
+    time, so no import names them: train_code adds the run's own."""
+    package_dir = Path(package_dir)
+    if not package_dir.is_dir():
+        return []
+    seen, todo = set(), list(entries)
+    while todo:
+        dotted = todo.pop()
+        if dotted in seen:
+            continue
+        seen.add(dotted)
+        parts = dotted.split(".")
+        todo += [".".join(parts[:i]) for i in range(len(parts))]  # its packages' __init__ run first
+        todo += sorted(_imported(package_dir, dotted))
+    return sorted(os.path.relpath(_module_file(package_dir, m)) for m in seen)  # relative to the cwd

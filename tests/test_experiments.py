@@ -1,0 +1,61 @@
+"""The runs table and the config checks without Snakemake (fedsim.experiments, fedsim.configcheck):
+the default config plans the default run's runs, and a mistake is one ConfigError naming its key."""
+
+import copy
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from fedsim import experiments
+from fedsim.configcheck import check_config, load_schema
+from fedsim.experiments import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
+
+
+def default_config():
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    check_config(cfg, SCHEMA, REPO)
+    return cfg
+
+
+def stem(run):
+    return f"{run.dataset}/{run.method}/mu{run.mu}_K{run.K}_E{run.E}{run.T}{run.theory}_seed{run.seed}"
+
+
+def test_the_default_config_plans_the_default_runs():
+    """With the mu a default run's tuning chose, the plan is that run's folders
+    (tests/reference: written by the workflow before the runs table existed)."""
+    cfg = default_config()
+    tuned = pd.read_csv(REPO / "tests" / "reference" / "default_tuned_mu.csv").to_dict("records")
+    runs = experiments.runs_of(experiments.plan(cfg, tuned))
+    assert {stem(run) for run in runs} == set((REPO / "tests/reference/default_runs.txt").read_text().split())
+    before = experiments.plan(cfg)
+    assert set(before[before["mu"] == "tuned"]["experiment"]) == {"figure2", "figure3"}
+
+
+def test_tuning_runs_are_the_grid_runs_of_the_tuned_methods():
+    cfg = default_config()
+    runs = experiments.tuning_runs(cfg, experiments.plan(cfg))
+    assert {run.method for run in runs} == {"feddane", "feddane_authors", "feddane_decayed",
+                                            "feddane_pipelined", "feddane_exact_gradient"}
+    assert {run.mu for run in runs} == {"0", "0.001", "0.01", "0.1", "1"} and not any(r.theory for r in runs)
+
+
+@pytest.mark.parametrize("edit, path, problem", [
+    (lambda c: c["experiments"]["figure2"].update(clients_per_round=[1, 31]), "experiments.figure2.clients_per_round",
+     "31 is more than the 30 devices of dataset synthetic_iid"),
+    (lambda c: c["experiments"]["theory"].update(mu_grid=[1]), "experiments.theory.mu_grid", "not with `mu`"),
+    (lambda c: c["datasets"]["synthetic_iid"].update(rounds=2.0), "datasets.synthetic_iid.rounds",
+     "2.0 is not of type 'integer'"),
+])
+def test_a_mistake_is_one_config_error_naming_the_key(edit, path, problem):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    edit(cfg)
+    with pytest.raises(ConfigError) as caught:
+        check_config(copy.deepcopy(cfg), SCHEMA, REPO)
+    assert caught.value.path == path and problem in caught.value.problem
+    assert str(caught.value) == f"Config error at {path}: {caught.value.problem}" and "\n" not in str(caught.value)
