@@ -95,6 +95,12 @@ def _add_run_settings(parser) -> None:
         parser.add_argument(flag, **kwargs)
 
 
+def run_config(args) -> RunConfig:
+    """The RunConfig of parsed `train` arguments."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    return RunConfig(**{**values, "options": dict(values["options"])})  # --option's NAME=VALUE pairs
+
+
 def _generate_synthetic(args) -> None:
     from .synthetic import write_synthetic
 
@@ -198,8 +204,7 @@ def _train(args) -> None:
 
     from .train import Checkpoint, run, write_run
 
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
-    config = RunConfig(**{**values, "options": dict(values["options"])})  # --option's NAME=VALUE pairs
+    config = run_config(args)
     checkpoint = Checkpoint(Path(args.checkpoint), args.checkpoint_every) if args.checkpoint else None
     metrics, record = run(config, checkpoint=checkpoint)
     write_run(metrics, record, args.metrics, args.info)
