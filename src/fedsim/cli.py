@@ -60,6 +60,7 @@ def _method_option(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
     return name, value
 
+
 # How the fields that are not one plain value each are spelled on the command line: a method's
 # options come one NAME=VALUE at a time.
 SPELLED = {"options": {"flag": "--option", "type": _method_option, "action": "append", "default": [],
