@@ -1,11 +1,16 @@
 """Bad arguments and bad files at the command line: one line naming what is wrong, exit 2,
 nothing written."""
 
+import argparse
+import dataclasses
+import json
+
 import h5py
 import pytest
 import torch
 
 from fedsim import cli
+from fedsim.settings import RunConfig
 
 from test_data import flip_byte
 from tiny import tiny_dataset
@@ -91,3 +96,46 @@ def test_outputs_in_missing_folders_are_created_alike(tmp_path):
     assert cli.main(["generate-synthetic", "--name", "s", "--devices", "3", "--out", str(out)]) == 0
     assert cli.main(train_args(str(out), tmp_path, "--rounds", "1")) == 0
     assert (tmp_path / "out" / "m.csv").is_file() and out.is_file()
+
+
+# the flags the workflow's train rule and the users' scripts call: a renamed field must not drop one
+TRAIN_FLAGS = ["--data", "--method", "--option", "--mu", "--clients-per-round", "--epochs", "--batch-size", "--lr",
+               "--rounds", "--seed", "--selection", "--second-subset", "--rng", "--init", "--engine", "--device",
+               "--threads", "--dtype", "--theory", "--load", "--eval-devices", "--checkpoint", "--checkpoint-every",
+               "--metrics", "--info"]
+
+
+def train_parser():
+    [commands] = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return commands.choices["train"]
+
+
+def test_train_has_one_option_per_run_setting_and_keeps_every_flag():
+    flags = {flag: action for action in train_parser()._actions for flag in action.option_strings}
+    assert set(TRAIN_FLAGS) <= set(flags)
+    assert {f.name for f in dataclasses.fields(RunConfig)} <= {action.dest for action in flags.values()}
+    assert all(flags[flag].help for flag in TRAIN_FLAGS)
+
+
+def test_train_defaults_and_choices_are_run_configs():
+    args = cli.build_parser().parse_args(["train", "--data", "d.h5", "--method", "fedavg", "--metrics", "m",
+                                          "--info", "i"])
+    assert cli.run_config(args) == RunConfig(data="d.h5", method="fedavg")
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for action in train_parser()._actions:
+        if action.dest in fields:
+            assert tuple(action.choices or ()) == fields[action.dest].metadata["choices"], action.dest
+
+
+def test_options_build_the_method_settings(data, tmp_path):
+    args = train_args(data, tmp_path, "--option", "tau=5", "--option", "tau=7")
+    args[args.index("fedavg")] = "feddane_decayed"
+    assert cli.main(args) == 0
+    record = json.loads((tmp_path / "out" / "run.json").read_text())
+    assert record["config"]["options"] == {"tau": 7.0}  # the last one given
+
+
+def test_more_clients_per_round_than_devices_is_one_line(data, tmp_path, capsys):
+    assert cli.main(train_args(data, tmp_path, "--clients-per-round", "7")) == 2
+    assert error_lines(capsys) == ["fedsim train: error: bad run setting clients_per_round=7: 7 is more than the 6 "
+                                   "devices (uniform selection draws without replacement)"]

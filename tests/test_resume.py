@@ -1,5 +1,7 @@
 """A run killed at any moment continues from its checkpoint and ends bit-identical."""
 
+import dataclasses
+import json
 import os
 import random
 import signal
@@ -113,6 +115,23 @@ def test_checkpoint_of_other_settings_is_ignored(data, tmp_path):
     with pytest.warns(UserWarning, match="other settings"):
         resumed, _ = metrics_bytes(config(data), tmp_path / "x", checkpoint)
     assert resumed == reference
+
+
+def test_the_fingerprint_holds_every_setting_but_how_the_data_is_read(data):
+    """A checkpoint resumes a run with the same result and numerics settings; threads and load
+    change no bit (fedsim.settings: EXECUTION). The text is the one checkpoints have held since
+    before the settings were declared in one place, so those checkpoints still resume."""
+    from fedsim.train import _fingerprint
+
+    cfg = config(data)
+    assert json.loads(_fingerprint(cfg)).keys() == {f.name for f in dataclasses.fields(RunConfig)} - {"threads", "load"}
+    assert _fingerprint(cfg) == _fingerprint(dataclasses.replace(cfg, threads=2, load="stream"))
+    assert _fingerprint(cfg) != _fingerprint(dataclasses.replace(cfg, dtype="float64"))
+    assert _fingerprint(RunConfig(data="d.h5", method="feddane_authors")) == (
+        '{"batch_size": 10, "clients_per_round": 10, "data": "d.h5", "device": "cpu", "dtype": "float32", '
+        '"engine": "auto", "epochs": 20, "eval_devices": null, "init": null, "lr": 0.01, "method": "feddane", '
+        '"mu": 0.0, "options": {"correction": "authors"}, "rng": "fedsim", "rounds": 200, '
+        '"second_subset": "independent", "seed": 0, "selection": "uniform", "theory": false}')
 
 
 def test_authors_shuffle_state_survives_a_resume(data, tmp_path):

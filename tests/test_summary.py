@@ -1,6 +1,7 @@
 """Tables over runs: the one-row-per-run summary, the tail-loss criterion and the choice of mu,
 on hand-made run records (no training)."""
 
+import dataclasses
 import math
 
 import numpy as np
@@ -8,15 +9,17 @@ import pandas as pd
 import pytest
 
 from fedsim.methods import REGISTRY
-from fedsim.summary import summarise, tail_loss, tune, tuning_scores
+from fedsim.settings import COUNT, EXECUTION, RunConfig, setting, setting_columns
+from fedsim.summary import GROUP_COLUMNS, group_columns, summarise, tail_loss, tune, tuning_scores
 from fedsim.train import read_run, write_run
 
 
 
 def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 2.0, 1.0, 0.5),
-             dataset="synthetic_0_0", alpha=0.0, iid=False, correction="exact"):
+             dataset="synthetic_0_0", alpha=0.0, iid=False, correction="exact", **settings):
     """Write a run record (metrics.csv + run.json) whose training loss follows `losses`
-    (round 0 first); a non-finite loss ends the run there, as train.run does."""
+    (round 0 first); a non-finite loss ends the run there, as train.run does. `settings`: more
+    of the record's config (a folder of their own)."""
     losses = list(losses)
     stop = next((t for t, v in enumerate(losses) if not math.isfinite(v)), None)
     kept = losses if stop is None else losses[: stop + 1]
@@ -34,13 +37,14 @@ def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 
         "config": {"method": method, "mu": mu, "clients_per_round": K, "epochs": E, "seed": seed,
                    "rounds": rounds, "lr": 0.01, "batch_size": 10, "selection": "uniform",
                    "second_subset": "independent", "options": {"correction": correction} if method == "feddane" else {}, "rng": "fedsim",
-                   "init": None},
+                   "init": None, **settings},
         "dataset": {"name": dataset, "kind": "synthetic", "devices": 30, "provenance": provenance},
         "result": {"rounds_completed": len(kept) - 1, "final_train_loss": kept[-1],
                    "final_train_acc": 0.9, "final_test_acc": 0.8, "diverged_round": stop,
                    "wall_seconds": 1.0},
     }
-    run_dir = folder / dataset / f"{method}_{correction}" / f"mu{mu:g}_K{K}_E{E}_seed{seed}"
+    more = "".join(f"_{k}{v}" for k, v in settings.items())
+    run_dir = folder / dataset / f"{method}_{correction}" / f"mu{mu:g}_K{K}_E{E}_seed{seed}{more}"
     write_run(metrics, record, run_dir / "metrics.csv", run_dir / "run.json")
     return str(run_dir / "run.json")
 
@@ -105,3 +109,33 @@ def test_runs_table_has_tail_means_beside_the_final_values(tmp_path):
     assert ok["final_train_loss"] == 0.5 and ok["tail_train_loss"] == pytest.approx(0.75)
     assert ok["tail_test_acc"] == pytest.approx(np.linspace(0.1, 0.8, 5)[3:].mean())
     assert diverged["tail_train_loss"] == math.inf and math.isnan(diverged["tail_test_acc"])
+
+
+def test_a_new_result_setting_becomes_a_tuning_group_column():
+    """The columns come from RunConfig's fields: a setting added there cannot merge tuning groups."""
+    grown = dataclasses.make_dataclass(
+        "Grown", [("momentum", int, setting(0, check=COUNT, help="a new setting")),
+                  ("workers", int, setting(1, check=COUNT, role=EXECUTION, help="how, not what"))],
+        bases=(RunConfig,), frozen=True)
+    assert "momentum" in group_columns(setting_columns(grown))
+    assert "workers" not in setting_columns(grown)
+    assert setting_columns(grown)[:-1] == setting_columns()
+
+
+def test_runs_table_columns_keep_their_order():
+    assert setting_columns()[:15] == ["dataset", "method", "mu", "clients_per_round", "epochs", "seed", "rounds",
+                                      "lr", "batch_size", "selection", "second_subset", "options", "rng", "init",
+                                      "theory"]
+    assert not {"engine", "device", "dtype", "threads", "load", "data"} & set(setting_columns())
+    assert "eval_devices" in GROUP_COLUMNS
+
+
+def test_runs_evaluated_on_another_sample_tune_apart(tmp_path):
+    """Metrics over a sample of devices are another measurement: eval_devices is a tuning-group key,
+    and all devices (None) a key like any other ("", never NaN)."""
+    runs = [fake_run(tmp_path, mu=0, losses=[3, 0.1]), fake_run(tmp_path, mu=1, losses=[3, 0.2]),
+            fake_run(tmp_path, mu=0, losses=[3, 0.2], eval_devices=5),
+            fake_run(tmp_path, mu=1, losses=[3, 0.1], eval_devices=5)]
+    table = tune(runs, ["feddane"], fraction=0.5).set_index("eval_devices")
+    assert table["chosen_mu"].to_dict() == {"": 0, 5: 1}
+    assert list(summarise(runs)["eval_devices"]) == ["", 5, "", 5]

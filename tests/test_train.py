@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import math
 
@@ -5,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim import train
+from fedsim import authors, settings, train
+from fedsim.engine import ENGINES
 from fedsim.train import RunConfig, read_run, run, select_devices, write_run
 
 from tiny import tiny_dataset
@@ -110,6 +112,33 @@ def test_divergence_stops_cleanly_and_keeps_the_metrics(data, tmp_path):
 def test_bad_settings_are_named(data, field, value):
     with pytest.raises(ValueError, match=field if field != "method" else "fedsgd"):
         run(config(data, **{field: value}))
+
+
+def test_every_choice_and_range_of_a_setting_is_checked(data):
+    """validate() reads the choices and ranges from RunConfig's fields (fedsim.settings)."""
+    for f in dataclasses.fields(RunConfig):
+        bad = "bogus" if f.metadata["choices"] else -1 if f.metadata["check"] else None
+        if bad is not None and f.name != "method":
+            with pytest.raises(ValueError, match=f"bad run setting {f.name}={bad!r}"):
+                config(data, **{f.name: bad}).validate()
+
+
+def test_the_settings_name_every_engine_and_dtype():
+    """fedsim.settings names them without importing torch: the names must be these."""
+    assert settings.ENGINE_NAMES == tuple(ENGINES) and settings.DTYPE_NAMES == tuple(train.DTYPES)
+
+
+def test_more_clients_per_round_than_devices_is_one_message(data):
+    """Uniform selection draws without replacement: K <= devices, checked in one place for
+    fedsim's draws and the authors'; weighted selection draws with replacement."""
+    message = "bad run setting clients_per_round=7: 7 is more than the 6 devices"
+    with pytest.raises(ValueError, match=message):
+        select_devices(0, 0, 10, 7, np.ones(6), "uniform")
+    with pytest.raises(ValueError, match=message):
+        authors.select_devices(0, 6, 7)
+    assert len(select_devices(0, 0, 10, 7, np.ones(6), "weighted")) == 7
+    with pytest.raises(ValueError, match="clients_per_round=99: 99 is more than the"):
+        run(config(data, clients_per_round=99))
 
 
 def test_missing_dataset_is_named(tmp_path):

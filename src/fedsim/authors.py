@@ -25,13 +25,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .settings import check_clients_per_round
+
 SHUFFLE_SEED = 100  # batch_data's np.random.seed(100)
 
 
 def select_devices(round_: int, num_devices: int, k: int) -> np.ndarray:
     """`np.random.seed(round_); np.random.choice(N, K, replace=False)`, in the order drawn."""
-    if k > num_devices:
-        raise ValueError(f"clients_per_round={k} exceeds the {num_devices} devices")
+    check_clients_per_round(k, num_devices)
     return np.random.RandomState(round_).choice(num_devices, k, replace=False)
 
 

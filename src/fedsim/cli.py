@@ -24,37 +24,33 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 
+from . import settings
 from .atomic import write_csv
-from .methods import ENTRIES, REGISTRY
+from .methods import ENTRIES
+from .settings import Check, RunConfig
 
 
-def _number(cast, ok, what):
-    """An argparse type: `cast` the text, refuse (one line, exit 2) what `ok` rejects."""
+def _number(check: Check):
+    """An argparse type: cast the text, refuse (one line, exit 2) what `check` rejects."""
     def parse(text):
         try:
-            value = cast(text)
+            value = check.cast(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
-        if not ok(value):
-            raise argparse.ArgumentTypeError(f"{text!r} is not {what}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not {check.what}") from None
+        if not check.ok(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not {check.what}")
         return value
-    parse.__name__ = what  # argparse names the type in some messages
+    parse.__name__ = check.what  # argparse names the type in some messages
     return parse
 
 
-def _is_finite(value: float) -> bool:
-    return value == value and abs(value) != float("inf")
-
-
-COUNT = _number(int, lambda v: v >= 1, "an integer >= 1")
-INDEX = _number(int, lambda v: v >= 0, "an integer >= 0")
-NON_NEGATIVE = _number(float, lambda v: _is_finite(v) and v >= 0, "a finite number >= 0")
-POSITIVE = _number(float, lambda v: _is_finite(v) and v > 0, "a finite number > 0")
-SHARE = _number(float, lambda v: _is_finite(v) and 0 < v <= 1, "a fraction in (0, 1]")
-SHARE_OR_ALL = _number(float, lambda v: _is_finite(v) and 0 <= v <= 1, "a fraction in [0, 1] (0: all)")
-
+COUNT, INDEX = _number(settings.COUNT), _number(settings.INDEX)
+NON_NEGATIVE, POSITIVE = _number(settings.NON_NEGATIVE), _number(settings.POSITIVE)
+SHARE = _number(Check(float, lambda v: math.isfinite(v) and 0 < v <= 1, "a fraction in (0, 1]"))
+SHARE_OR_ALL = _number(Check(float, lambda v: math.isfinite(v) and 0 <= v <= 1, "a fraction in [0, 1] (0: all)"))
 
 
 def _method_option(text: str) -> tuple[str, str]:
@@ -63,6 +59,48 @@ def _method_option(text: str) -> tuple[str, str]:
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
     return name, value
+
+
+# How the fields that are not one plain value each are spelled on the command line: a method's
+# options come one NAME=VALUE at a time.
+SPELLED = {"options": {"flag": "--option", "type": _method_option, "action": "append", "default": [],
+                       "metavar": "NAME=VALUE"}}
+
+
+def _run_setting_argument(f: dataclasses.Field) -> tuple[str, dict]:
+    """The `train` option of one RunConfig field: its flag and add_argument's keywords."""
+    meta, spelled = f.metadata, dict(SPELLED.get(f.name, {}))
+    flag = spelled.pop("flag", "--" + f.name.replace("_", "-"))
+    kwargs = {"dest": f.name, "help": meta["help"], **spelled}
+    if meta["choices"]:
+        kwargs["choices"] = list(meta["choices"])
+    if meta["check"] is not None:
+        kwargs["type"] = _number(meta["check"])
+    if f.default is False:
+        kwargs["action"] = "store_true"
+    elif "default" not in kwargs:
+        if f.default is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = f.default
+            if f.default is not None:
+                kwargs["help"] += f" (default: {f.default})"
+    return flag, kwargs
+
+
+def _add_run_settings(parser) -> None:
+    """One option per RunConfig field (fedsim.settings), in its order: the settings that shape
+    the result first."""
+    for f in dataclasses.fields(RunConfig):
+        flag, kwargs = _run_setting_argument(f)
+        parser.add_argument(flag, **kwargs)
+
+
+def run_config(args) -> RunConfig:
+    """The RunConfig of parsed `train` arguments."""
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    return RunConfig(**{**values, "options": dict(values["options"])})  # --option's NAME=VALUE pairs
+
 
 def _generate_synthetic(args) -> None:
     from .synthetic import write_synthetic
@@ -165,10 +203,9 @@ def _datasets_table(args) -> None:
 def _train(args) -> None:
     from pathlib import Path
 
-    from .train import Checkpoint, RunConfig, run, write_run
+    from .train import Checkpoint, run, write_run
 
-    fields = {f.name for f in dataclasses.fields(RunConfig)} - {"options"}
-    config = RunConfig(**{k: v for k, v in vars(args).items() if k in fields}, options=dict(args.option))
+    config = run_config(args)
     checkpoint = Checkpoint(Path(args.checkpoint), args.checkpoint_every) if args.checkpoint else None
     metrics, record = run(config, checkpoint=checkpoint)
     write_run(metrics, record, args.metrics, args.info)
@@ -307,43 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_datasets_table)
 
     p = sub.add_parser("train", help="run one federated training and write its metrics")
-    p.add_argument("--data", required=True, help="dataset HDF5 file")
-    p.add_argument("--method", required=True, choices=list(ENTRIES),
-                   help="a method or a variant (fedsim.methods: " + "; ".join(
-                       f"{name}: {e.label}" for name, e in ENTRIES.items()) + ")")
-    p.add_argument("--option", type=_method_option, action="append", default=[], metavar="NAME=VALUE",
-                   help="a setting of the method, repeatable (" + "; ".join(
-                       f"{m.name} {name}: {o.help}, default {o.default}" for m in REGISTRY.values()
-                       for name, o in m.options.items()) + ")")
-    p.add_argument("--mu", type=NON_NEGATIVE, default=0.0)
-    p.add_argument("--clients-per-round", type=COUNT, default=10)
-    p.add_argument("--epochs", type=COUNT, default=20)
-    p.add_argument("--batch-size", type=COUNT, default=10,
-                   help="mini-batch size; a batch larger than a device's data is all of it (full-batch steps)")
-    p.add_argument("--lr", type=POSITIVE, default=0.01)
-    p.add_argument("--rounds", type=INDEX, default=200)
-    p.add_argument("--seed", type=INDEX, default=0)
-    p.add_argument("--selection", choices=["uniform", "weighted"], default="uniform")
-    p.add_argument("--second-subset", choices=["independent", "same"], default="independent")
-    p.add_argument("--rng", choices=["fedsim", "authors"], default="fedsim",
-                   help="whose selection and mini-batch draws: fedsim's (seed, round, device) or the authors' code's")
-    p.add_argument("--init", help="initial model, an .npz with kernel and bias ({seed}: the run's seed); "
-                                  "default: fedsim's seeded draw")
-    p.add_argument("--engine", choices=["auto", "kernel", "batched", "loop"], default="auto",
-                   help="auto: the compiled kernel for MCLR on the CPU, the batched torch engine otherwise")
-    p.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
-    p.add_argument("--threads", type=COUNT, default=1)
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    p.add_argument("--theory", action="store_true",
-                   help="log the convergence theorems' constants every round: the Hessian's top eigenvalue L, the "
-                        "local solutions' inexactness gamma, ||grad f||^2 and Theorem 1's rho (MCLR only)")
-    p.add_argument("--load", choices=["auto", "memory", "stream"], default="auto",
-                   help="train split held in memory, or each round's devices read from the file "
-                        "(auto: stream above 1 GiB)")
-    p.add_argument("--eval-devices", type=COUNT, default=None,
-                   help="compute the metrics on a seeded sample of this many devices (default: all)")
+    _add_run_settings(p)
     p.add_argument("--checkpoint", help="state file to resume from after a kill (removed when the run completes)")
-    p.add_argument("--checkpoint-every", type=COUNT, default=10, help="rounds between checkpoints")
+    p.add_argument("--checkpoint-every", type=COUNT, default=10, help="rounds between checkpoints (default: 10)")
     p.add_argument("--metrics", required=True, help="output: per-round metrics CSV")
     p.add_argument("--info", required=True, help="output: the run's record (JSON)")
     p.set_defaults(func=_train)

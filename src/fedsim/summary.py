@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 
 from .methods import resolve, variant_of
-from .train import RunConfig, read_run
+from .settings import RunConfig, setting_columns
+from .train import read_run
 
-SETTING_COLUMNS = ["dataset", "method", "mu", "clients_per_round", "epochs", "seed", "rounds", "lr",
-                   "batch_size", "selection", "second_subset", "options", "rng", "init", "theory"]
+# RunConfig's RESULT fields (fedsim.settings): a new one is a column here and a tuning-group key
+SETTING_COLUMNS = setting_columns()
 # what a record written before a setting existed ran with: the setting's default
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
 RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",
@@ -24,15 +25,21 @@ RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "dive
 # the curves oscillate: what a run reached is better read as a mean over its last rounds
 TAIL_COLUMNS = ["tail_train_loss", "tail_test_acc"]
 TAIL_FRACTION = 0.1  # the tuning criterion's default fraction of rounds
-# A tuning group is every setting but the two being tuned over / averaged over.
-GROUP_COLUMNS = [c for c in SETTING_COLUMNS if c not in ("mu", "seed")]
+
+
+def group_columns(columns: list[str]) -> list[str]:
+    """A tuning group's key: every setting but the two tuned over (mu) and averaged over (seed)."""
+    return [c for c in columns if c not in ("mu", "seed")]
+
+
+GROUP_COLUMNS = group_columns(SETTING_COLUMNS)
 
 
 def run_settings(record: dict, columns=SETTING_COLUMNS) -> dict:
-    """A run's settings among `columns`; no init file reads as "" (a grouping key, never NaN)."""
+    """A run's settings among `columns`; an unset one (no init file, every device evaluated) reads
+    as "": a grouping key, never NaN (pandas' groupby drops NaN keys)."""
     settings = {c: record["config"].get(c, DEFAULTS.get(c)) for c in columns if c != "dataset"}
-    if "init" in settings:
-        settings["init"] = settings["init"] or ""
+    settings = {c: "" if value is None else value for c, value in settings.items()}
     if "method" in settings:
         settings["method"] = variant_of(record["config"])
     if "options" in settings:

@@ -18,6 +18,9 @@ Protocol (the reference code's, with the paper's text as options):
 - a non-finite training loss ends the run at that round: the run is recorded as
   diverged there, with every metric so far.
 
+The settings themselves (RunConfig: each field's meaning, range and role) are declared in
+fedsim.settings; train re-exports RunConfig.
+
 Threads: the numerics (local SGD, gradients, metrics) always run on one torch thread. torch's
 CPU kernels round differently with the thread count (MKL GEMMs, softmax over a non-last
 dimension: measured), and these small per-step ops are slower on two threads than on one.
@@ -37,7 +40,7 @@ import math
 import time
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -50,95 +53,23 @@ from .atomic import atomic_path, write_csv, write_json
 from .data import FederatedDataset
 from . import authors
 from .engine import ENGINES, Clients, SGDSettings, local_steps
-from .methods import ENTRIES, RoundContext, get_method, resolve, variant_of
+from .methods import ENTRIES, RoundContext, get_method, variant_of
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
+from .settings import RunConfig, check_clients_per_round, fingerprint
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 STREAM_ABOVE_BYTES = 1 << 30  # `load: auto` streams a train split larger than this (as model inputs)
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    data: str
-    method: str
-    mu: float = 0.0
-    clients_per_round: int = 10
-    epochs: int = 20
-    batch_size: int = 10
-    lr: float = 0.01
-    rounds: int = 200
-    seed: int = 0
-    selection: str = "uniform"
-    second_subset: str = "independent"
-    engine: str = "auto"              # auto: the compiled kernel for MCLR on the CPU, else batched
-    device: str = "cpu"
-    threads: int = 1
-    dtype: str = "float32"
-    load: str = "auto"                # memory | stream | auto: how the train split is read
-    eval_devices: int | None = None   # metrics on a seeded sample of this many devices; None: all
-    rng: str = "fedsim"               # fedsim | authors: whose selection and mini-batch draws (fedsim.authors)
-    init: str | None = None           # .npz initial model ({seed}: the run's seed); None: fedsim's own draw
-    options: dict = field(default_factory=dict)  # the method's settings (fedsim.methods), every one filled in
-    theory: bool = False              # log the theorems' constants every round (fedsim.theory; MCLR only)
-
-    def __post_init__(self):
-        """A variant name becomes its method and options; the options get their defaults (an unknown
-        method is left for validate to name)."""
-        if self.method in ENTRIES:
-            method, options = resolve(self.method, self.options)
-            object.__setattr__(self, "method", method)
-            object.__setattr__(self, "options", options)
-
-    def validate(self) -> None:
-        """Raise ValueError naming the first bad field, before any expensive work."""
-        method = get_method(self.method)
-        checks = {
-            "mu": self.mu >= 0 and math.isfinite(self.mu),
-            "clients_per_round": self.clients_per_round >= 1,
-            "epochs": self.epochs >= 1,
-            "batch_size": self.batch_size >= 1,
-            "lr": self.lr > 0 and math.isfinite(self.lr),
-            "rounds": self.rounds >= 0,
-            "threads": self.threads >= 1,
-            "selection": self.selection in ("uniform", "weighted"),
-            "second_subset": self.second_subset in ("independent", "same"),
-            "engine": self.engine in ENGINES,
-            "device": self.device in ("cpu", "cuda", "auto"),
-            "dtype": self.dtype in DTYPES,
-            "load": self.load in ("auto", "memory", "stream"),
-            "eval_devices": self.eval_devices is None or self.eval_devices >= 1,
-            "rng": self.rng in ("fedsim", "authors"),
-        }
-        for field, ok in checks.items():
-            if not ok:
-                raise ValueError(f"bad run setting {field}={getattr(self, field)!r}")
-        if method.mu == "none" and self.mu != 0:
-            raise ValueError(f"bad run setting mu={self.mu!r}: {self.method} has no proximal term")
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"bad run setting device='cuda': torch {torch.__version__} sees no CUDA device "
-                             "(use cpu, or auto: a GPU where there is one)")
-        if self.rng == "authors":  # their code draws uniformly, and FedDANE's two subsets alike
-            if self.selection != "uniform":
-                raise ValueError(f"bad run setting selection={self.selection!r}: rng=authors selects uniformly")
-            if method.gradients == "sampled" and self.second_subset != "same":
-                raise ValueError(f"bad run setting second_subset={self.second_subset!r}: "
-                                 "rng=authors draws FedDANE's second subset as its first (use same)")
-        if not Path(self.data).is_file():
-            raise ValueError(f"dataset file not found: {self.data}")
-        if self.init is not None and not authors.init_file(self.init, self.seed).is_file():
-            raise ValueError(f"init file not found: {authors.init_file(self.init, self.seed)}")
-
-
 def select_devices(seed: int, round_: int, stream: int, k: int, sizes: np.ndarray, selection: str) -> np.ndarray:
     rng = np.random.default_rng([seed, round_, stream])
     n = len(sizes)
+    check_clients_per_round(k, n, selection)
     if selection == "weighted":
         return rng.choice(n, size=k, replace=True, p=sizes / sizes.sum())
-    if k > n:
-        raise ValueError(f"clients_per_round={k} exceeds the {n} devices of the dataset")
     return np.sort(rng.choice(n, size=k, replace=False))
 
 
@@ -294,11 +225,9 @@ class Checkpoint:
 
 
 def _fingerprint(config: RunConfig) -> str:
-    """The settings a checkpoint must share with the run resuming it (not how it is executed)."""
-    settings = dataclasses.asdict(config)
-    for field in ("threads", "load"):
-        settings.pop(field)
-    return json.dumps(settings, sort_keys=True)
+    """The settings a checkpoint must share with the run resuming it (fedsim.settings: not the
+    EXECUTION fields, which leave every bit as it is)."""
+    return fingerprint(config)
 
 
 def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) -> tuple[pd.DataFrame, dict]:
@@ -311,9 +240,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
     config.validate()
     started = time.perf_counter()
     with torch_threads(1), FederatedDataset(config.data) as dataset:
-        if config.selection == "uniform" and config.clients_per_round > dataset.num_devices:
-            raise ValueError(f"clients_per_round={config.clients_per_round} exceeds the "
-                             f"{dataset.num_devices} devices")
+        check_clients_per_round(config.clients_per_round, dataset.num_devices, config.selection)
         if config.eval_devices is not None and config.eval_devices > dataset.num_devices:
             raise ValueError(f"bad run setting eval_devices={config.eval_devices}: {config.data} has "
                              f"{dataset.num_devices} devices")

@@ -1,0 +1,188 @@
+"""A run's settings, declared once: RunConfig's fields, and what each one is.
+
+Each field's metadata gives its help text, its allowed values (`choices`) or range (`check`),
+and its role:
+
+- RESULT: shapes what the run computes, its metrics.csv beyond float rounding. A column of
+  runs.csv, a key of the tuning groups (fedsim.summary), part of the checkpoint fingerprint.
+- NUMERICS: the same computation, rounded otherwise (engine, device, dtype): part of the
+  checkpoint fingerprint only, since a resumed run must end bit-identical to one never stopped.
+- EXECUTION: how the data is read and copied (threads, load): the same bits at any value.
+
+The `train` command's options (fedsim.cli), RunConfig.validate, the runs table's setting columns
+(fedsim.summary) and the checkpoint fingerprint (fedsim.train) are derived from these fields, so a
+new setting is one field here, and a new RESULT field can never merge tuning groups unseen.
+
+No torch here: the CLI builds its parser from this module, and the workflow may import it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from .methods import ENTRIES, REGISTRY, get_method, resolve
+
+RESULT, NUMERICS, EXECUTION = "result", "numerics", "execution"
+
+
+@dataclass(frozen=True)
+class Check:
+    """A number's range: `cast` reads it from text, `ok` accepts it, `what` names it in errors."""
+
+    cast: Callable[[str], Any]
+    ok: Callable[[Any], bool]
+    what: str
+
+
+COUNT = Check(int, lambda v: v >= 1, "an integer >= 1")
+INDEX = Check(int, lambda v: v >= 0, "an integer >= 0")
+NON_NEGATIVE = Check(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
+POSITIVE = Check(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+
+
+def setting(default=dataclasses.MISSING, *, help: str, role: str = RESULT, choices: tuple = (),
+            check: Check | None = None, column: str | None = None, factory=dataclasses.MISSING):
+    """A RunConfig field with its metadata; `column` renames it in runs.csv (where it is RESULT)."""
+    metadata = {"help": help, "role": role, "choices": tuple(choices), "check": check, "column": column}
+    return field(default=default, default_factory=factory, metadata=metadata)
+
+
+def _method_help() -> str:
+    return "a method or a variant (fedsim.methods: " + "; ".join(
+        f"{name}: {e.label}" for name, e in ENTRIES.items()) + ")"
+
+
+def _options_help() -> str:
+    return "a setting of the method, repeatable (" + "; ".join(
+        f"{m.name} {name}: {o.help}, default {o.default}" for m in REGISTRY.values()
+        for name, o in m.options.items()) + ")"
+
+
+# The engines of fedsim.engine.ENGINES and the dtypes of fedsim.train.DTYPES, named here without
+# importing torch (tests/test_train.py checks they agree).
+ENGINE_NAMES = ("auto", "kernel", "batched", "loop")
+DTYPE_NAMES = ("float32", "float64")
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One run's settings. The RESULT fields come first, in runs.csv's column order."""
+
+    data: str = setting(help="dataset HDF5 file", column="dataset")
+    method: str = setting(help=_method_help(), choices=tuple(ENTRIES))
+    mu: float = setting(0.0, check=NON_NEGATIVE, help="weight of the proximal term mu/2 ||w - w0||^2")
+    clients_per_round: int = setting(10, check=COUNT, help="K: devices selected per round")
+    epochs: int = setting(20, check=COUNT, help="E: local epochs per round")
+    seed: int = setting(0, check=INDEX, help="seeds the selections, mini-batches, initial model and metrics sample")
+    rounds: int = setting(200, check=INDEX, help="rounds of training (metrics of rounds 0..rounds)")
+    lr: float = setting(0.01, check=POSITIVE, help="local SGD learning rate")
+    batch_size: int = setting(10, check=COUNT, help="mini-batch size; a batch larger than a device's data is "
+                                                    "all of it (full-batch steps)")
+    selection: str = setting("uniform", choices=("uniform", "weighted"),
+                             help="uniform: K devices without replacement, averaged by their sizes (the "
+                                  "reference code); weighted: K draws by size, plain mean (the paper's text)")
+    second_subset: str = setting("independent", choices=("independent", "same"),
+                                 help="FedDANE's solvers drawn independently of its gradient devices "
+                                      "(Algorithm 2) or the same devices (the reference code)")
+    # the method's settings (fedsim.methods), every one filled in
+    options: dict = setting(factory=dict, help=_options_help())
+    rng: str = setting("fedsim", choices=("fedsim", "authors"),
+                       help="whose selection and mini-batch draws: fedsim's (seed, round, device) or the "
+                            "authors' code's (fedsim.authors)")
+    init: str | None = setting(None, help="initial model, an .npz with kernel and bias ({seed}: the run's "
+                                          "seed); default: fedsim's seeded draw")
+    theory: bool = setting(False, help="log the convergence theorems' constants every round: the Hessian's top "
+                                       "eigenvalue L, the local solutions' inexactness gamma, ||grad f||^2 and "
+                                       "Theorem 1's rho (MCLR only)")
+    # the metrics of a sample are another measurement: a setting, though training is the same
+    eval_devices: int | None = setting(None, check=COUNT, help="compute the metrics on a seeded sample of this "
+                                                               "many devices (default: all)")
+    engine: str = setting("auto", role=NUMERICS, choices=ENGINE_NAMES,
+                          help="auto: the compiled kernel for MCLR on the CPU, the batched torch engine otherwise")
+    device: str = setting("cpu", role=NUMERICS, choices=("cpu", "cuda", "auto"),
+                          help="where the numerics run (auto: a GPU where there is one)")
+    dtype: str = setting("float32", role=NUMERICS, choices=DTYPE_NAMES, help="floating-point type of the numerics")
+    threads: int = setting(1, role=EXECUTION, check=COUNT,
+                           help="torch threads for the data copies at load time (the numerics run on one)")
+    load: str = setting("auto", role=EXECUTION, choices=("auto", "memory", "stream"),
+                        help="train split held in memory, or each round's devices read from the file "
+                             "(auto: stream above 1 GiB)")
+
+    def __post_init__(self):
+        """A variant name becomes its method and options; the options get their defaults (an unknown
+        method is left for validate to name)."""
+        if self.method in ENTRIES:
+            method, options = resolve(self.method, self.options)
+            object.__setattr__(self, "method", method)
+            object.__setattr__(self, "options", options)
+
+    def validate(self) -> None:
+        """Raise ValueError naming the first bad field, before any expensive work."""
+        method = get_method(self.method)
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if not allowed(f, value):
+                raise ValueError(f"bad run setting {f.name}={value!r}")
+        if method.mu == "none" and self.mu != 0:
+            raise ValueError(f"bad run setting mu={self.mu!r}: {self.method} has no proximal term")
+        if self.rng == "authors":  # their code draws uniformly, and FedDANE's two subsets alike
+            if self.selection != "uniform":
+                raise ValueError(f"bad run setting selection={self.selection!r}: rng=authors selects uniformly")
+            if method.gradients == "sampled" and self.second_subset != "same":
+                raise ValueError(f"bad run setting second_subset={self.second_subset!r}: "
+                                 "rng=authors draws FedDANE's second subset as its first (use same)")
+        self._validate_machine_and_files()
+
+    def _validate_machine_and_files(self) -> None:
+        """What this machine must have: a GPU for cuda, the dataset and init files."""
+        import torch  # here, not at the top: the CLI's parser and the workflow read this module
+
+        from .authors import init_file
+
+        if self.device == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"bad run setting device='cuda': torch {torch.__version__} sees no CUDA device "
+                             "(use cpu, or auto: a GPU where there is one)")
+        if not Path(self.data).is_file():
+            raise ValueError(f"dataset file not found: {self.data}")
+        if self.init is not None and not init_file(self.init, self.seed).is_file():
+            raise ValueError(f"init file not found: {init_file(self.init, self.seed)}")
+
+
+def allowed(f: dataclasses.Field, value) -> bool:
+    """Whether `value` is among the field's choices and within its check; None where None is the default."""
+    if value is None and f.default is None:
+        return True
+    choices, check = f.metadata["choices"], f.metadata["check"]
+    return (not choices or value in choices) and (check is None or check.ok(value))
+
+
+def role(f: dataclasses.Field) -> str:
+    return f.metadata["role"]
+
+
+def column(f: dataclasses.Field) -> str:
+    return f.metadata["column"] or f.name
+
+
+def setting_columns(config_class=RunConfig) -> list[str]:
+    """runs.csv's setting columns: the RESULT fields, in field order, by their column names."""
+    return [column(f) for f in dataclasses.fields(config_class) if role(f) == RESULT]
+
+
+def fingerprint(config: RunConfig) -> str:
+    """The settings a checkpoint must share with the run resuming it: all but the EXECUTION ones."""
+    kept = {f.name for f in dataclasses.fields(config) if role(f) != EXECUTION}
+    return json.dumps({k: v for k, v in dataclasses.asdict(config).items() if k in kept}, sort_keys=True)
+
+
+def check_clients_per_round(k: int, num_devices: int, selection: str = "uniform") -> None:
+    """Uniform selection draws K devices without replacement, so K <= the dataset's devices
+    (weighted selection draws with replacement: any K)."""
+    if selection == "uniform" and k > num_devices:
+        raise ValueError(f"bad run setting clients_per_round={k}: {k} is more than the {num_devices} devices "
+                         "(uniform selection draws without replacement)")
