@@ -47,7 +47,7 @@ def test_tuning_runs_are_the_grid_runs_of_the_tuned_methods():
 
 @pytest.mark.parametrize("edit, path, problem", [
     (lambda c: c["experiments"]["figure2"].update(clients_per_round=[1, 31]), "experiments.figure2.clients_per_round",
-     "31 is more than the 30 devices of dataset synthetic_iid"),
+     "31 is more than the 30 devices (uniform selection draws without replacement); dataset synthetic_iid"),
     (lambda c: c["experiments"]["theory"].update(mu_grid=[1]), "experiments.theory.mu_grid", "not with `mu`"),
     (lambda c: c["datasets"]["synthetic_iid"].update(rounds=2.0), "datasets.synthetic_iid.rounds",
      "2.0 is not of type 'integer'"),

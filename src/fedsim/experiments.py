@@ -15,6 +15,7 @@ from decimal import Decimal
 import pandas as pd
 
 from .methods import ENTRIES
+from .settings import clients_per_round_problem
 
 LSTM_KINDS = ("shakespeare", "sent140")
 LEAF_KINDS = ("femnist", "shakespeare", "sent140")
@@ -120,10 +121,10 @@ def experiment_ks(cfg, name, dataset) -> list:
         if devices is None:
             raise ConfigError(["datasets", dataset, "devices"], f"needed for {key} of experiment {name}")
         ks = [max(1, round(fraction * devices))]
-    if cfg["simulator"]["selection"] == "uniform" and devices is not None:
-        for k in ks:
-            if k > devices:
-                raise ConfigError(["experiments", name, key], f"{k} is more than the {devices} devices of dataset {dataset}")
+    for k in ks if devices is not None else ():
+        problem = clients_per_round_problem(k, devices, cfg["simulator"]["selection"])
+        if problem:
+            raise ConfigError(["experiments", name, key], f"{problem}; dataset {dataset}")
     return ks
 
 

@@ -180,9 +180,15 @@ def fingerprint(config: RunConfig) -> str:
     return json.dumps({k: v for k, v in dataclasses.asdict(config).items() if k in kept}, sort_keys=True)
 
 
-def check_clients_per_round(k: int, num_devices: int, selection: str = "uniform") -> None:
-    """Uniform selection draws K devices without replacement, so K <= the dataset's devices
-    (weighted selection draws with replacement: any K)."""
+def clients_per_round_problem(k: int, num_devices: int, selection: str = "uniform") -> str | None:
+    """What is wrong with K devices per round on a dataset of `num_devices`, or None: uniform
+    selection draws without replacement, so K <= the devices (weighted selection: any K)."""
     if selection == "uniform" and k > num_devices:
-        raise ValueError(f"bad run setting clients_per_round={k}: {k} is more than the {num_devices} devices "
-                         "(uniform selection draws without replacement)")
+        return f"{k} is more than the {num_devices} devices (uniform selection draws without replacement)"
+    return None
+
+
+def check_clients_per_round(k: int, num_devices: int, selection: str = "uniform") -> None:
+    problem = clients_per_round_problem(k, num_devices, selection)
+    if problem:
+        raise ValueError(f"bad run setting clients_per_round={k}: {problem}")

@@ -153,6 +153,7 @@ def write_plan(path):
         lr=[dataset_cfg(d)["lr"] for d in PLAN["dataset"]],
         batch_size=[dataset_cfg(d)["batch_size"] for d in PLAN["dataset"]],
         options=[method_options_text(m) for m in PLAN["method"]],
+        eval_devices=[dataset_cfg(d).get("eval_devices", "") for d in PLAN["dataset"]],
         **{key: config["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
         run=[run_dir(*run) if run.mu != "tuned" else "" for run in PLAN[list(experiments.RUN_FIELDS)].itertuples(index=False)],
     )
