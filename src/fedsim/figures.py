@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 from .atomic import atomic_path  # noqa: E402
 from .methods import COLORS, ENTRIES, LABELS, variant_of  # noqa: E402
 from .summary import tuning_scores  # noqa: E402
-from .train import read_run  # noqa: E402
+from .records import read_run  # noqa: E402
 
 METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
 X_AXES = {"rounds": ("round", "# rounds"),

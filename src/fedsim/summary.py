@@ -14,7 +14,7 @@ import pandas as pd
 
 from .methods import resolve, variant_of
 from .settings import RunConfig, setting_columns
-from .train import read_run
+from .records import read_run
 
 # RunConfig's RESULT fields (fedsim.settings): a new one is a column here and a tuning-group key
 SETTING_COLUMNS = setting_columns()

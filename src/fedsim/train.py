@@ -35,7 +35,6 @@ everything, when the sample is all devices.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 import warnings
@@ -49,7 +48,7 @@ import pandas as pd
 import torch
 
 from . import __version__
-from .atomic import atomic_path, write_csv, write_json
+from .atomic import atomic_path
 from .data import FederatedDataset
 from . import authors
 from .engine import ENGINES, Clients, SGDSettings, local_steps
@@ -57,6 +56,7 @@ from .methods import ENTRIES, RoundContext, get_method, variant_of
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
+from .records import read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
 from .settings import RunConfig, check_clients_per_round, fingerprint
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
@@ -395,14 +395,3 @@ def initial_params(config: RunConfig, model, dtype: torch.dtype) -> torch.Tensor
     init_seed = int(np.random.SeedSequence([config.seed, INIT_STREAM]).generate_state(1)[0])
     return model.init(torch.Generator().manual_seed(init_seed), dtype)
 
-
-def write_run(metrics: pd.DataFrame, record: dict, metrics_path, info_path) -> None:
-    """Metrics first, the record last: a run.json present means the run is complete."""
-    write_csv(metrics_path, metrics)
-    write_json(info_path, {**record, "metrics_file": Path(metrics_path).name})
-
-
-def read_run(info_path) -> tuple[pd.DataFrame, dict]:
-    info_path = Path(info_path)
-    record = json.loads(info_path.read_text())
-    return pd.read_csv(info_path.parent / record["metrics_file"]), record
