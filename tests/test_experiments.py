@@ -59,3 +59,42 @@ def test_a_mistake_is_one_config_error_naming_the_key(edit, path, problem):
         check_config(copy.deepcopy(cfg), SCHEMA, REPO)
     assert caught.value.path == path and problem in caught.value.problem
     assert str(caught.value) == f"Config error at {path}: {caught.value.problem}" and "\n" not in str(caught.value)
+
+
+def selected(**only):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg.update(only)
+    check_config(cfg, SCHEMA, REPO)
+    cfg["experiments"] = experiments.selected_experiments(cfg)
+    return cfg
+
+
+def test_only_some_experiments_and_datasets_run_and_mu_from_follows():
+    """Figure 3 on Synthetic (1,1) alone: its FedDANEs take mu from Figure 1, which stays for their
+    tuning runs only (no figure, no FedAvg or FedProx, the one dataset)."""
+    cfg = selected(only_experiments=["figure3"], only_datasets=["synthetic_1_1"])
+    assert set(cfg["experiments"]) == {"figure3", "figure1"} and "figure" not in cfg["experiments"]["figure1"]
+    assert cfg["experiments"]["figure1"]["methods"] == ["feddane", "feddane_authors"]
+    table = experiments.plan(cfg)
+    assert set(table["dataset"]) == {"synthetic_1_1"}
+    assert set(table[table["experiment"] == "figure1"]["method"]) == {"feddane", "feddane_authors"}
+    assert set(table[(table["experiment"] == "figure3") & (table["mu"] == "tuned")]["method"]) == {"feddane",
+                                                                                                   "feddane_authors"}
+
+
+def test_a_dataset_no_selected_experiment_runs_leaves_it_out():
+    cfg = selected(only_datasets=["synthetic_1_1"])
+    assert "figure2" not in cfg["experiments"]  # Figure 2 has no (1,1) panel
+    assert set(experiments.plan(cfg)["dataset"]) == {"synthetic_1_1"}
+
+
+@pytest.mark.parametrize("only, path, problem", [
+    ({"only_experiments": ["figure9"]}, "only_experiments[0]", "unknown name 'figure9'"),
+    ({"only_datasets": ["synthetic_1_1", "mnist"]}, "only_datasets[1]", "unknown name 'mnist'"),
+    ({"only_experiments": ["figure2"], "only_datasets": ["synthetic_1_1"]}, "only_experiments",
+     "selects no experiment with a dataset"),
+])
+def test_a_selection_of_unknown_names_or_of_nothing_is_one_error(only, path, problem):
+    with pytest.raises(ConfigError) as caught:
+        selected(**only)
+    assert caught.value.path == path and problem in caught.value.problem

@@ -219,6 +219,20 @@ def test_paper_configs_plan_the_leaf_jobs(tmp_path):
     assert "download" not in job_counts(out) and "datasets_table" not in job_counts(out)
 
 
+def test_only_the_femnist_panels_of_the_paper(tmp_path):
+    """The README's way to run part of the paper: a target first (--configfile takes several
+    values), then the selection. FEMNIST at Figure 1's K = 10 and Figure 3's K = 100 only."""
+    work = copy_workflow(tmp_path / "wf", with_src=True)
+    code, out = snakemake(work, "-n", "results/figures/figure3.pdf", "--configfile", "config/paper.yaml",
+                          "--config", "only_experiments=[figure1,figure3]", "only_datasets=[femnist]")
+    assert code == 0, out[-3000:]
+    plan = read_csv(work / "results/summary/planned_runs.csv")
+    assert {(r["experiment"], r["dataset"], r["K"]) for r in plan} == {("figure1", "femnist", "10"),
+                                                                     ("figure3", "femnist", "100")}
+    counts = job_counts(out)
+    assert counts["download"] == 1 and "prepare_sent140" not in counts and "prepare_shakespeare" not in counts
+
+
 def test_config_sources_are_the_packages_sources():
     from fedsim.download import SOURCES
 

@@ -203,6 +203,39 @@ def method_mus(cfg, method, setting, experiment, tuned=None) -> list:
     return [cfg["datasets"][setting.dataset]["fedprox_mu"]] if kind == "fixed" else [0]
 
 
+def selected_experiments(cfg) -> dict:
+    """The experiments `only_experiments` and `only_datasets` select (null: all). A selected
+    experiment keeps the selected datasets and is left out without any; an experiment a selected
+    one takes its mu from (`mu_from`) stays, on those datasets and without its figure, for the
+    tuning runs that choose that mu."""
+    only_experiments, only_datasets = cfg.get("only_experiments"), cfg.get("only_datasets")
+    for key, names, known in (("only_experiments", only_experiments, cfg["experiments"]),
+                              ("only_datasets", only_datasets, cfg["datasets"])):
+        for i, name in enumerate(names or ()):
+            if name not in known:
+                raise ConfigError([key, i], f"unknown name {name!r} (one of {', '.join(known)})")
+    chosen = {}
+    for name, exp in cfg["experiments"].items():
+        datasets = [d for d in exp["datasets"] if only_datasets is None or d in only_datasets]
+        if (only_experiments is None or name in only_experiments) and datasets:
+            chosen[name] = {**exp, "datasets": datasets}
+    if not chosen:
+        raise ConfigError(["only_experiments" if only_experiments is not None else "only_datasets"],
+                          "selects no experiment with a dataset")
+    needed = {}  # unselected mu_from sources -> the datasets and tuned methods taken from them
+    for name, exp in chosen.items():
+        if mu_source(cfg, name) == "from" and exp["mu_from"] not in chosen:
+            datasets, methods = needed.setdefault(exp["mu_from"], (set(), set()))
+            datasets.update(exp["datasets"])
+            methods.update(m for m in exp["methods"] if method_kind(m) == "tuned")
+    for source, (datasets, methods) in needed.items():
+        exp = cfg["experiments"][source]
+        chosen[source] = {**{k: v for k, v in exp.items() if k != "figure"},
+                          "datasets": [d for d in exp["datasets"] if d in datasets],
+                          "methods": [m for m in exp["methods"] if m in methods]}
+    return chosen
+
+
 # ---------------------------------------------------------------------------------------
 # The runs table
 # ---------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schem
 METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), in legend order
 try:
     check_config(config, SCHEMA, workflow.basedir, workflow.configfiles)
+    config["experiments"] = experiments.selected_experiments(config)  # only_experiments, only_datasets
 except ConfigError as err:
     sys.exit(str(err))  # one line naming the key, before any job
 
