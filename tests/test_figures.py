@@ -52,7 +52,7 @@ def test_one_row_of_datasets_in_the_papers_order(tmp_path, drawn):
     figures.figure1(runs, None, tmp_path / "f.pdf")
     axes = drawn[0].axes
     assert [ax.get_title() for ax in axes] == ["Synthetic IID", "Synthetic (1,1)"]
-    assert drawn[0]._suptitle.get_text() == "K = 10, E = 20, rounds = 4"
+    assert drawn[0]._suptitle.get_text() == "K = 10, E = 20, rounds = 4; one seed"
     assert set(lines(axes[0])) == {"FedAvg", "FedProx (μ=1)", "FedDANE (μ=0.01)"}
 
 
@@ -106,6 +106,19 @@ def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
     assert ax.get_ylim() == (0, pytest.approx(1.15 * 3.0))
     markers = {line.get_marker() for line in ax.get_lines()}
     assert {"^", "x"} <= markers  # leaves the range; diverged
+    # the curve itself stays, along the top edge, and its legend says how high and where it ended
+    [dane] = [line for label, line in lines(ax).items() if label.startswith("FedDANE")]
+    assert max(dane.get_ydata()) == pytest.approx(1.15 * 3.0) and len(dane.get_ydata()) == 4  # to the inf
+    assert [t.get_text() for t in ax.texts] == ["FedDANE: ▲ up to 40, ends at 40"]
+
+
+def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(tmp_path, drawn):
+    """FedProx at mu = 1 equal to FedAvg (Figure 3's sets): two patterns, both visible."""
+    figures.figure3(panel_runs(tmp_path, seeds=(0, 1)), None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    styles = {label: line.get_linestyle() for label, line in lines(ax).items()}
+    assert styles["FedAvg"] != styles["FedProx (μ=1)"] and len(set(styles.values())) == 3
+    assert drawn[0]._suptitle.get_text().endswith("line: mean of 2 seeds, band: min-max")
 
 
 def test_test_accuracy_and_communication_rounds(tmp_path, drawn):

@@ -27,6 +27,10 @@ METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
 X_AXES = {"rounds": ("round", "# rounds"),
           "communication_rounds": ("communication_rounds", "# communication rounds")}
 BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
+# A dash pattern per method (its place in the legend order), on top of its colour: curves that
+# coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay visible as two patterns.
+DASHES = ("-", "--", "-.", ":")
+LINESTYLES = {name: DASHES[i % len(DASHES)] for i, name in enumerate(ENTRIES)}
 TUNED = tuple(name for name, e in ENTRIES.items() if e.method.mu == "tuned")
 
 
@@ -60,15 +64,15 @@ def setting(record: dict) -> tuple:
     return (record["dataset"]["name"], c["clients_per_round"], c["epochs"], c["rounds"])
 
 
-def _curve(ax, runs, column: str, label: str, color: str, x: str = "round"):
+def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", linestyle: str = "-"):
     """Mean over seeds with a min-max band; the rounds where every seed still ran. Returns
     the mean's line."""
     frames = [m.set_index(x)[column] for m, _ in runs]
     table = pd.concat(frames, axis=1)
     mean = table.mean(axis=1, skipna=False)
-    (line,) = ax.plot(mean.index, mean.to_numpy(), color=color, label=label, lw=1.4)
+    (line,) = ax.plot(mean.index, mean.to_numpy(), color=color, label=label, lw=1.4, ls=linestyle)
     if len(frames) > 1:
-        ax.fill_between(table.index, table.min(axis=1), table.max(axis=1), color=color, alpha=0.2, lw=0)
+        ax.fill_between(table.index, table.min(axis=1), table.max(axis=1), color=color, alpha=0.25, lw=0)
     for metrics, record in runs:
         if record["result"]["diverged_round"] is not None:
             finite = metrics[np.isfinite(metrics[column])]
@@ -102,8 +106,9 @@ def _method_runs(runs, method: str, tuned: pd.DataFrame | None):
 
 def _y_range(ax, lines: dict, metric: str) -> None:
     """Loss: from 0 to a little above the initial loss and the baselines (FedAvg, FedProx),
-    so a diverging FedDANE cannot squash them; where a curve leaves the range, a triangle
-    at the top edge says so, and its legend entry how high it goes. Accuracy: 0 to 1."""
+    so a diverging FedDANE cannot squash them; a curve above the range runs along the top edge
+    (so it never vanishes), a triangle marks where it left, and a note in its colour at the
+    bottom left says how high it went and where it ended. Accuracy: 0 to 1."""
     if not metric.endswith("loss"):
         ax.set_ylim(0, 1)
         return
@@ -111,12 +116,16 @@ def _y_range(ax, lines: dict, metric: str) -> None:
     base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m in BASELINES]
     top = 1.15 * max(v for v in base if np.isfinite(v))
     ax.set_ylim(0, top)
-    for method, y in ys.items():
-        above = np.flatnonzero(y > top)
-        if len(above):
-            ax.plot(lines[method].get_xdata()[above[0]], top, "^", color=COLORS[method], ms=7, clip_on=False)
-            peak = np.nanmax(np.where(np.isfinite(y), y, np.nan))
-            lines[method].set_label(f"{lines[method].get_label()}, ▲ up to {peak:.3g}")
+    clipped = [method for method, y in ys.items() if (y > top).any()]
+    for i, method in enumerate(clipped):
+        y = ys[method]
+        ax.plot(lines[method].get_xdata()[np.argmax(y > top)], top, "^", color=COLORS[method], ms=7, clip_on=False)
+        finite = y[np.isfinite(y)]
+        lines[method].set_ydata(np.minimum(y, top))
+        lines[method].set_clip_on(False)  # the clipped stretch lies on the top edge itself
+        # bottom left: a loss panel's emptiest corner (curves start high and fall to the right)
+        ax.text(0.03, 0.03 + 0.08 * i, f"{LABELS[method]}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}",
+                color=COLORS[method], transform=ax.transAxes, ha="left", va="bottom", fontsize=6.5)  # no box: hides no curve
 
 
 def _panel(ax, runs, tuned, metric: str, x: str) -> None:
@@ -127,7 +136,7 @@ def _panel(ax, runs, tuned, metric: str, x: str) -> None:
             continue
         mu = selected[0][1]["config"]["mu"]
         label = LABELS[method] + ("" if ENTRIES[method].method.mu == "none" else f" (μ={mu:g})")
-        lines[method] = _curve(ax, selected, metric, label, COLORS[method], x)
+        lines[method] = _curve(ax, selected, metric, label, COLORS[method], x, LINESTYLES[method])
     _y_range(ax, lines, metric)
     ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")  # readable over the curves
 
@@ -159,8 +168,15 @@ def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
     for ax in axes.flat:
         if not ax.has_data():
             ax.set_axis_off()
-    fig.suptitle(", ".join(_setting_text(next(iter(panels)), [not v for v in varies])), fontsize=10)
+    fig.suptitle("; ".join(filter(None, [", ".join(_setting_text(next(iter(panels)), [not v for v in varies])),
+                                         band_text(runs)])), fontsize=10)
     save(fig, out)
+
+
+def band_text(runs) -> str:
+    """What a curve and its band are, for the figure's title."""
+    seeds = len({record["config"]["seed"] for _, record in runs})
+    return f"line: mean of {seeds} seeds, band: min-max" if seeds > 1 else "one seed"
 
 
 def _setting_text(key: tuple, show: list) -> list[str]:
@@ -189,7 +205,7 @@ def beyond_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "tr
             ax.set_title(dataset_title(panels[key][0][1]), fontsize=10)
             ax.set_xlabel(x_label)
             ax.set_ylabel(METRICS.get(metric, metric))
-    fig.suptitle(", ".join(_setting_text(keys[0], [True] * 3)) + "; band: min-max over seeds", fontsize=10)
+    fig.suptitle(", ".join(_setting_text(keys[0], [True] * 3)) + "; " + band_text(runs), fontsize=10)
     save(fig, out)
 
 
