@@ -2,8 +2,9 @@
 
 Each curve is the mean over the seeds of a setting, with a min-max band when there are
 several; a run that diverged ends in a cross at the round where its loss left the reals.
-A curve that leaves the plotted range (a diverging FedDANE) ends in a triangle at the top
-edge instead of squashing the other curves.
+A curve that leaves the plotted range (a diverging FedDANE) runs along the top edge from a
+triangle on, with a note of how high it went and where it ended, instead of squashing the other
+curves or vanishing. Each method has its own dash pattern, so curves that coincide stay two.
 """
 
 from __future__ import annotations
