@@ -109,7 +109,10 @@ def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
     # the curve itself stays, along the top edge, and its legend says how high and where it ended
     [dane] = [line for label, line in lines(ax).items() if label.startswith("FedDANE")]
     assert max(dane.get_ydata()) == pytest.approx(1.15 * 3.0) and len(dane.get_ydata()) == 4  # to the inf
-    assert [t.get_text() for t in ax.texts] == ["FedDANE: ▲ up to 40, ends at 40"]
+    assert dane.get_label() == "FedDANE (μ=0.01): ▲ up to 40, ends at 40"
+    assert ax.get_legend().get_texts()[2].get_text() == dane.get_label()
+    legend, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert legend.y1 <= axes_box.y0  # below the panel: it covers no curve
 
 
 def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(tmp_path, drawn):

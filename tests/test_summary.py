@@ -10,7 +10,7 @@ import pytest
 
 from fedsim.methods import REGISTRY
 from fedsim.settings import COUNT, EXECUTION, RunConfig, setting, setting_columns
-from fedsim.summary import GROUP_COLUMNS, group_columns, summarise, tail_loss, tune, tuning_scores
+from fedsim.summary import GROUP_COLUMNS, findings, group_columns, summarise, tail_loss, tune, tuning_scores
 from fedsim.train import read_run, write_run
 
 
@@ -139,3 +139,33 @@ def test_runs_evaluated_on_another_sample_tune_apart(tmp_path):
     table = tune(runs, ["feddane"], fraction=0.5).set_index("eval_devices")
     assert table["chosen_mu"].to_dict() == {"": 0, 5: 1}
     assert list(summarise(runs)["eval_devices"]) == ["", 5, "", 5]
+
+
+def test_findings_give_each_curves_seed_spread_rank_and_whether_every_seed_agrees(tmp_path):
+    runs = [fake_run(tmp_path, method="fedavg", seed=s, losses=[3, 2, 1.0, 0.6 + s / 10]) for s in (0, 1)]
+    runs += [fake_run(tmp_path, method="fedprox", mu=1, seed=s, losses=[3, 2, 1.5, 0.5 + s]) for s in (0, 1)]
+    runs += [fake_run(tmp_path, mu=0.1, seed=s, losses=[3, 2, 3.0, 4.0]) for s in (0, 1)]
+    table = findings(runs, fraction=0.5).set_index("method")
+    # tails (last 2 of 4 rounds): FedAvg 0.8 / 0.85, FedProx 1.0 / 1.5, FedDANE 3.5 / 3.5
+    assert table.loc["fedavg", ["tail_train_loss", "tail_train_loss_min", "tail_train_loss_max"]].tolist() == \
+        pytest.approx([0.825, 0.8, 0.85])
+    assert table["seeds"].tolist() == [2, 2, 2] and table["diverged_seeds"].tolist() == [0, 0, 0]
+    assert table["rank"].to_dict() == {"fedavg": 1, "fedprox": 2, "feddane": 3}
+    assert table["rank_every_seed"].all()
+    # a seed that swaps FedAvg and FedProx: their order is noise, FedDANE's last place is not
+    runs.append(fake_run(tmp_path, method="fedprox", mu=1, seed=2, losses=[3, 2, 0.1, 0.1]))
+    runs.append(fake_run(tmp_path, method="fedavg", seed=2, losses=[3, 2, 1.0, 1.0]))
+    runs.append(fake_run(tmp_path, mu=0.1, seed=2, losses=[3, 2, 3.0, 4.0]))
+    table = findings(runs, fraction=0.5).set_index("method")
+    assert table["rank_every_seed"].to_dict() == {"fedavg": False, "fedprox": False, "feddane": True}
+
+
+def test_findings_keep_settings_apart_and_refuse_a_method_at_several_mu(tmp_path):
+    runs = [fake_run(tmp_path, method="fedavg", K=k, losses=[3, 2, 1, 1]) for k in (1, 5)]
+    runs += [fake_run(tmp_path, mu=0.1, K=k, losses=[3, 2, 2, float("inf")]) for k in (1, 5)]
+    table = findings(runs, fraction=0.5)
+    assert table[["clients_per_round", "method", "rank"]].values.tolist() == [
+        [1, "fedavg", 1], [1, "feddane", 2], [5, "fedavg", 1], [5, "feddane", 2]]
+    assert table.loc[table["method"] == "feddane", "diverged_seeds"].tolist() == [1, 1]
+    with pytest.raises(ValueError, match="several mu"):
+        findings(runs + [fake_run(tmp_path, mu=1, K=1, losses=[3, 2, 1, 1])], fraction=0.5)

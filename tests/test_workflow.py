@@ -118,10 +118,11 @@ def test_default_dag_dry_run(tmp_path):
         "tune": 1,
         "summarise": 1,
         "figure": 4,
+        "findings": 4,
         "tuning_figure": 1,
         "theory_figure": 1,
         "all": 1,
-        "total": STATIC_TRAIN + 13,
+        "total": STATIC_TRAIN + 17,
     }
     # paths: canonical mu text, one folder per run
     for expected in (
@@ -134,6 +135,7 @@ def test_default_dag_dry_run(tmp_path):
         "results/runs/synthetic_1_1/fedprox/mu1_K30_E1_seed0/run.json",
         "results/summary/runs.csv",
         "results/summary/tuned_mu.csv",
+        "results/summary/findings_figure2.csv",
         "results/figures/tuning.png",
         "results/runs/synthetic_1_1/feddane/mu100_K10_E20_theory_seed0/run.json",
         "results/figures/theory.png",
@@ -440,6 +442,13 @@ def test_tiny_real_run(tiny_run):
         assert (run / "metrics.csv").is_file() and (run / "run.json").is_file()
         authors = json.loads((results / "runs" / name / "feddane_authors" / "mu1_K3_E1_seed1" / "run.json").read_text())
         assert authors["config"]["options"] == {"correction": "authors"} and authors["config"]["method"] == "feddane"
+    # each figure in numbers: a row per panel and curve, FedDANE at the figure's (tuned) mu only
+    findings = read_csv(results / "summary" / "findings_figure2.csv")
+    assert len(findings) == len(TINY_DATASETS) * 2 * len(TINY_METHODS)  # K = 1 and 3
+    assert {r["rank"] for r in findings} <= {"1", "2", "3", "4"} and {r["seeds"] for r in findings} == {"1"}
+    for row in findings:
+        if row["method"].startswith("feddane"):
+            assert float(row["mu"]) == chosen[row["dataset"], row["method"]], row
     assert (results / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
     assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K1_E1_seed0.tsv").is_file()
     # up to date afterwards
@@ -451,7 +460,7 @@ def test_tiny_real_run(tiny_run):
     assert (tiny_run / "report.html").stat().st_size > 0
     for name in [f"{f}.png" for f in FIGURES] + [f"{f}_test_acc.png" for f in FIGURES]:
         assert f"Adding {name}" in out, out
-    for name in ("tuning.png", "theory.png", "runs.csv", "tuned_mu.csv"):
+    for name in ("tuning.png", "theory.png", "runs.csv", "tuned_mu.csv", "findings_figure1.csv"):
         assert f"Adding {name}" in out, out
 
 

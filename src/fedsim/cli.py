@@ -12,6 +12,7 @@
         --second-subset same --init init-seed{seed}.npz ...     # the authors' code, replayed
     python -m fedsim train --data d.h5 --method feddane_decayed --option tau=50 ...  # a method's setting
     python -m fedsim summarise --out runs.csv RUN_JSON...
+    python -m fedsim findings --fraction 0.1 --out findings_figure1.csv RUN_JSON...
     python -m fedsim tune --methods feddane feddane_authors --fraction 0.1 --out tuned_mu.csv RUN_JSON...
     python -m fedsim figure1 --tuned tuned_mu.csv --out figure1.pdf RUN_JSON...
     python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
@@ -223,6 +224,12 @@ def _summarise(args) -> None:
     write_csv(args.out, summarise(args.runs, args.fraction))
 
 
+def _findings(args) -> None:
+    from .summary import findings
+
+    write_csv(args.out, findings(args.runs, args.fraction))
+
+
 def _tune(args) -> None:
     from .summary import tune
 
@@ -357,6 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("runs", nargs="+", help="run.json files")
     p.set_defaults(func=_summarise)
+
+    p = sub.add_parser("findings", help="a figure in numbers: per setting and method, tail means over seeds, "
+                                        "min-max, rank")
+    p.add_argument("--fraction", type=SHARE, default=0.1, help="the tail: this last fraction of each run's rounds")
+    p.add_argument("--out", required=True)
+    p.add_argument("runs", nargs="+", help="run.json files of one figure (one mu per method and setting)")
+    p.set_defaults(func=_findings)
 
     tuned = [name for name, e in ENTRIES.items() if e.method.mu == "tuned"]
     p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")

@@ -3,8 +3,10 @@
 Each curve is the mean over the seeds of a setting, with a min-max band when there are
 several; a run that diverged ends in a cross at the round where its loss left the reals.
 A curve that leaves the plotted range (a diverging FedDANE) runs along the top edge from a
-triangle on, with a note of how high it went and where it ended, instead of squashing the other
-curves or vanishing. Each method has its own dash pattern, so curves that coincide stay two.
+triangle on, and its legend entry says how high it went and where it ended, instead of squashing
+the other curves or vanishing. Each method has its own dash pattern, so curves that coincide stay
+two. A panel's legend sits below it, never over a curve: heterogeneous panels have no empty
+corner (FedDANE oscillates across the whole range).
 """
 
 from __future__ import annotations
@@ -108,8 +110,8 @@ def _method_runs(runs, method: str, tuned: pd.DataFrame | None):
 def _y_range(ax, lines: dict, metric: str) -> None:
     """Loss: from 0 to a little above the initial loss and the baselines (FedAvg, FedProx),
     so a diverging FedDANE cannot squash them; a curve above the range runs along the top edge
-    (so it never vanishes), a triangle marks where it left, and a note in its colour at the
-    bottom left says how high it went and where it ended. Accuracy: 0 to 1."""
+    (so it never vanishes), a triangle marks where it left, and its legend entry says how high it
+    went and where it ended. Accuracy: 0 to 1."""
     if not metric.endswith("loss"):
         ax.set_ylim(0, 1)
         return
@@ -117,16 +119,14 @@ def _y_range(ax, lines: dict, metric: str) -> None:
     base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m in BASELINES]
     top = 1.15 * max(v for v in base if np.isfinite(v))
     ax.set_ylim(0, top)
-    clipped = [method for method, y in ys.items() if (y > top).any()]
-    for i, method in enumerate(clipped):
-        y = ys[method]
+    for method, y in ys.items():
+        if not (y > top).any():
+            continue
         ax.plot(lines[method].get_xdata()[np.argmax(y > top)], top, "^", color=COLORS[method], ms=7, clip_on=False)
         finite = y[np.isfinite(y)]
         lines[method].set_ydata(np.minimum(y, top))
         lines[method].set_clip_on(False)  # the clipped stretch lies on the top edge itself
-        # bottom left: a loss panel's emptiest corner (curves start high and fall to the right)
-        ax.text(0.03, 0.03 + 0.08 * i, f"{LABELS[method]}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}",
-                color=COLORS[method], transform=ax.transAxes, ha="left", va="bottom", fontsize=6.5)  # no box: hides no curve
+        lines[method].set_label(f"{lines[method].get_label()}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}")
 
 
 def _panel(ax, runs, tuned, metric: str, x: str) -> None:
@@ -139,7 +139,9 @@ def _panel(ax, runs, tuned, metric: str, x: str) -> None:
         label = LABELS[method] + ("" if ENTRIES[method].method.mu == "none" else f" (μ={mu:g})")
         lines[method] = _curve(ax, selected, metric, label, COLORS[method], x, LINESTYLES[method])
     _y_range(ax, lines, metric)
-    ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")  # readable over the curves
+    # below the panel, under its x label: inside, it would cover the curves of an oscillating FedDANE
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, frameon=False, ncol=1,
+              handlelength=2.5, borderaxespad=0)
 
 
 def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",

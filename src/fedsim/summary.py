@@ -117,3 +117,28 @@ def tune(info_paths, methods, fraction: float) -> pd.DataFrame:
                       "scores": ";".join(f"{s:.6g}" for s in group["score"]),
                       "chosen_mu": best["mu"], "score": best["score"], "criterion": criterion})
     return pd.DataFrame(table)
+
+
+FINDING_SETTING = [c for c in GROUP_COLUMNS if c not in ("method", "options")]  # what a panel holds fixed
+
+
+def findings(info_paths, fraction: float = TAIL_FRACTION) -> pd.DataFrame:
+    """What a figure shows, in numbers: per panel (setting) and curve (method at its mu), the tail
+    means over the seeds with their min and max, the panel's ranking of the curves by tail loss
+    (1 = lowest), and whether every seed alone ranks the curve the same (an ordering that flips
+    between seeds is noise, not a finding). `info_paths`: a figure's runs, one mu per method."""
+    runs = summarise(info_paths, fraction)
+    curve = [*GROUP_COLUMNS, "mu"]
+    if runs.groupby([*FINDING_SETTING, "method", "options"])["mu"].nunique().max() > 1:
+        raise ValueError("findings: a method at several mu in one setting; give a figure's runs (one mu each)")
+    stats = runs.groupby(curve, sort=False).agg(
+        seeds=("seed", "nunique"),
+        **{f"{c}{s}": (c, f) for c in TAIL_COLUMNS for s, f in (("", "mean"), ("_min", "min"), ("_max", "max"))},
+        diverged_seeds=("diverged_round", "count")).reset_index()
+    stats["rank"] = stats.groupby(FINDING_SETTING)["tail_train_loss"].rank(method="min").astype(int)
+    per_seed = runs.assign(rank=runs.groupby([*FINDING_SETTING, "seed"])["tail_train_loss"].rank(method="min"))
+    stable = per_seed.groupby(curve, sort=False)["rank"].nunique().eq(1).rename("rank_every_seed").reset_index()
+    stats = stats.merge(stable, on=curve)
+    columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "mu", "seeds", *stats.columns[
+        len(curve) + 1:]]
+    return stats[columns].sort_values(["dataset", "clients_per_round", "epochs", "rank"], kind="stable")

@@ -197,6 +197,7 @@ def final_targets():
     for name in figure_experiments():
         for metric in FIGURE_METRICS:
             targets += [figure_path(name, ext, metric) for ext in ("pdf", "png")]
+        targets.append(summary_path(f"findings_{name}.csv"))
     for name in figure_experiments(theory=True):
         targets += [figure_path(name, ext) for ext in ("pdf", "png")]
     if any(dataset_cfg(name)["kind"] in LEAF_KINDS for name in used_datasets()):

@@ -60,3 +60,36 @@ rule summarise:
         benchmark_path("summarise", "runs")
     shell:
         "python -m fedsim.warm summarise --fraction {params.fraction} --out {output} {input.runs} > {log} 2>&1"
+
+
+rule findings:
+    """A figure in numbers: per setting and curve, the tail means over the seeds, their min and
+    max, the ranking by tail loss and whether every seed alone ranks the same."""
+    input:
+        tuned=summary_path("tuned_mu.csv"),
+        runs=infos_of(figure_runs),
+        metrics=metrics_of(figure_runs),
+        code=package_code("summary"),
+    output:
+        report(
+            summary_path("findings_{experiment}.csv"),
+            caption="../report/findings.rst",
+            category="Tables",
+            labels={"table": "findings", "figure": "{experiment}"},
+        ),
+    params:
+        fraction=lookup(dpath="tuning/fraction", within=config),
+    wildcard_constraints:
+        experiment=alternatives(figure_experiments()),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=1024,
+        runtime=10,
+    log:
+        log_path("findings", "{experiment}"),
+    benchmark:
+        benchmark_path("findings", "{experiment}")
+    shell:
+        "python -m fedsim.warm findings --fraction {params.fraction} --out {output} {input.runs} > {log} 2>&1"
