@@ -214,3 +214,33 @@ def test_theory_figure_has_a_panel_per_dataset_and_mu_and_counts_the_bound(tmp_p
 def test_theory_figure_refuses_runs_without_the_constants(tmp_path, drawn):
     with pytest.raises(ValueError, match="without the theory's constants"):
         figures.theory_figure([fake_run(tmp_path, mu=1)], tmp_path / "theory.pdf")
+
+
+def test_real_diverging_runs_keep_their_curves(tmp_path, drawn):
+    """The clipping rule on simulator runs: FedDANE at lr = 1 climbs far above FedAvg's range and
+    stays finite, the authors' FedDANE at lr = 1e38 leaves the reals. Both curves stay drawn."""
+    from fedsim.train import RunConfig, run
+    from tiny import tiny_dataset
+
+    base = dict(data=tiny_dataset(tmp_path / "tiny.h5"), clients_per_round=3, epochs=2, batch_size=5, rounds=12)
+    runs = {}
+    for name, kw in {"fedavg": dict(lr=0.05), "feddane": dict(mu=0.0, lr=1.0),
+                     "feddane_authors": dict(mu=0.0, lr=1e38)}.items():
+        metrics, record = run(RunConfig(method=name, **base, **kw))
+        runs[name] = (metrics, tmp_path / name / "run.json")
+        write_run(metrics, record, tmp_path / name / "metrics.csv", runs[name][1])
+    figures.figure1([path for _, path in runs.values()], None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    top = ax.get_ylim()[1]
+    assert top == pytest.approx(1.15 * runs["fedavg"][0]["train_loss"].max())
+    climbing = runs["feddane"][0]["train_loss"]
+    assert climbing.max() > 10 * top and math.isfinite(climbing.iloc[-1])
+    [dane] = [line for label, line in lines(ax).items() if label.startswith("FedDANE (")]
+    assert len(dane.get_ydata()) == 13 and max(dane.get_ydata()) == pytest.approx(top)  # every round, on the edge
+    assert dane.get_label().endswith(f"▲ up to {climbing.max():.3g}, ends at {climbing.iloc[-1]:.3g}")
+    [authors] = [line for label, line in lines(ax).items() if label.startswith("FedDANE, authors'")]
+    stop = len(runs["feddane_authors"][0]) - 1  # the round whose loss left the reals
+    assert len(authors.get_xdata()) == stop + 1
+    crosses = [line for line in ax.get_lines() if line.get_marker() == "x"]
+    assert len(crosses) == 1 and crosses[0].get_color() == figures.COLORS["feddane_authors"]
+    assert [line.get_marker() for line in ax.get_lines()].count("^") >= 1
