@@ -9,6 +9,12 @@ with ragged sizes drawn uniformly in [N/2, 3N/2] (default N: the paper's mean sa
 device, 3616 and 53). The paper's setting (K=10, E=20) takes hours per Shakespeare round on
 a CPU: use --epochs / --samples to shrink it; the ratio is what to read.
 Prints s/round for each engine (best of --repeats) and loop / batched.
+
+--estimate: also the cost model's figure for the same round (fedsim.cost: these device sizes, all
+K devices training, seconds per step and row from --calibration FILE, else a calibration measured
+here first, else with --defaults fedsim.cost.DEFAULTS) beside the measured batched round, and an
+evaluation of the round's rows (model.stats + full gradients, as every round's metrics) beside its
+estimate: the ratios are the check that the printed estimate is within a factor of 2.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
+from fedsim import cost  # noqa: E402
 from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop  # noqa: E402
 from fedsim.lstm import CharLSTM, Sent140LSTM  # noqa: E402
 from fedsim.methods import LocalProblem  # noqa: E402
@@ -45,14 +52,19 @@ def make(dataset: str, clients: int, samples: int, device, seed=0):
     return model, data, sizes
 
 
+CPU_SECONDS = {}  # engine -> CPU seconds of its best repeat (the wall clock's, on a shared machine, varies)
+
+
 def timed(engine, *args, repeats=1) -> float:
     best = float("inf")
     for _ in range(repeats):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         engine(*args)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        if wall < best:
+            best, CPU_SECONDS[engine.__name__] = wall, time.process_time() - cpu
     return best
 
 
@@ -68,10 +80,18 @@ def main(argv=None):
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--engines", nargs="+", default=["batched", "loop"], choices=["batched", "loop"],
                         help="leave out the loop where it would take too long (the paper's Shakespeare round)")
+    parser.add_argument("--estimate", action="store_true", help="print the cost model's estimate beside the measure")
+    parser.add_argument("--calibration", help="a `fedsim cost --calibrate --out` JSON file (default: calibrate here)")
+    parser.add_argument("--defaults", action="store_true", help="use fedsim.cost.DEFAULTS instead of calibrating")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
+    constants = None
+    if args.estimate:
+        constants = (cost.load_constants(args.calibration)[0] if args.calibration else cost.DEFAULTS if args.defaults
+                     else cost.calibrate(args.datasets))
+        torch.set_num_threads(args.threads)
     for dataset in args.datasets:
         samples = args.samples or MEAN_SAMPLES[dataset]
         model, data, sizes = make(dataset, args.clients, samples, device)
@@ -87,6 +107,23 @@ def main(argv=None):
               f"({steps} SGD steps, longest device {args.epochs * -(-sizes.max() // args.batch_size)}) on "
               f"{device}, {args.threads} thread(s): "
               + ", ".join(f"{name} {s:.2f} s/round" for name, s in seconds.items()) + ratio, flush=True)
+        if constants is not None:
+            consts = constants[dataset]
+            estimate = cost.round_train_seconds(sizes, args.clients, args.epochs, args.batch_size, consts)
+            if "batched" in seconds:
+                wall, cpu = seconds["batched"], CPU_SECONDS[local_sgd_batched.__name__]
+                print(f"  round: estimate {estimate:.2f} s, measured {cpu:.2f} s CPU ({wall:.2f} s wall): "
+                      f"measured / estimate {cpu / estimate:.2f} CPU, {wall / estimate:.2f} wall", flush=True)
+            x, y = data.x[:-1], data.y[:-1]
+            start, cpu = time.perf_counter(), time.process_time()
+            model.stats(params, x, y)
+            model.device_grads(params, x, y, data.offsets)
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            rows = int(sizes.sum())
+            est_eval = consts["eval_row_s"] * rows + consts["grad_row_s"] * float(cost.grad_rows(sizes).sum())
+            print(f"  evaluation of these {rows} rows: estimate {est_eval:.2f} s, measured {cpu:.2f} s CPU "
+                  f"({wall:.2f} s wall): measured / estimate {cpu / est_eval:.2f} CPU, {wall / est_eval:.2f} wall",
+                  flush=True)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ import h5py
 import pytest
 import yaml
 
+from fedsim import cost
 from fedsim.leaf.stats import dataset_stats
 from test_download import Server, serve, server  # noqa: F401 (the fixture)
 from test_leaf import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip
@@ -207,6 +208,13 @@ def test_paper_configs_plan_the_leaf_jobs(tmp_path):
     for run in ("femnist/fedavg/mu0_K100_E1_seed0", "sent140/fedavg/mu0_K201_E1_seed0",
                 "shakespeare/fedprox/mu0.001_K175_E1_seed0"):
         assert run in out, run
+    # the LSTM datasets' cost (fedsim.cost), before the job list: a line each, and a WARNING for
+    # Shakespeare, whose runs take days on a CPU core (unless a GPU is visible: device auto)
+    estimate = out[:out.index("Building DAG of jobs")]
+    for dataset in ("sent140", "shakespeare"):
+        assert f"Cost estimate, {dataset}: 20 runs of " in estimate, estimate
+    assert ("WARNING: shakespeare: a run would take up to" in estimate) != cost.gpu_visible(), estimate
+    assert "Cost estimate, femnist" not in estimate
     if SHARED is not None:
         local = work / "config" / "local-data.yaml"
         local.write_text(local.read_text().replace("../shared/data", str(SHARED)))
@@ -217,6 +225,7 @@ def test_paper_configs_plan_the_leaf_jobs(tmp_path):
     code, out = snakemake(work, "-n")
     assert code == 0, out[-3000:]
     assert "download" not in job_counts(out) and "datasets_table" not in job_counts(out)
+    assert "Cost estimate" not in out and "core-days" not in out  # the default run's output stays clean
 
 
 def test_only_the_femnist_panels_of_the_paper(tmp_path):

@@ -259,6 +259,19 @@ def _tuning_figure(args) -> None:
     tuning_figure(args.runs, pd.read_csv(args.tuned), args.out, args.fraction, args.methods)
 
 
+def _cost(args) -> None:
+    import json
+    from pathlib import Path
+
+    from .cost import calibrate
+
+    constants = calibrate(steps=args.steps)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(constants, indent=1) + "\n")
+        print(f"wrote {args.out}: the workflow's cost estimate reads it from <results_dir>/benchmarks/")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -349,6 +362,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("datasets", nargs="+", help="dataset HDF5 files")
     p.set_defaults(func=_datasets_table)
+
+    p = sub.add_parser("cost", help="measure the seconds per LSTM step and row the workflow's cost estimate uses")
+    p.add_argument("--calibrate", action="store_true", required=True,
+                   help="time a few batched SGD steps, an evaluation and full gradients of each LSTM (about a minute)")
+    p.add_argument("--steps", type=COUNT, default=4, help="SGD steps timed per setting (default: 4)")
+    p.add_argument("--out", help="write the constants here as JSON (the workflow reads "
+                                 "<results_dir>/benchmarks/cost_calibration.json)")
+    p.set_defaults(func=_cost)
 
     p = sub.add_parser("train", help="run one federated training and write its metrics")
     _add_run_settings(p)

@@ -12,7 +12,7 @@ from pathlib import Path
 # snakemake call. Read from this checkout's src/ where there is one.
 if Path(workflow.basedir, "src", "fedsim").is_dir():
     sys.path.insert(0, str(Path(workflow.basedir, "src")))
-from fedsim import experiments, jobs  # noqa: E402
+from fedsim import cost, experiments, jobs  # noqa: E402
 from fedsim.configcheck import check_config, load_schema  # noqa: E402
 from fedsim.experiments import LEAF_KINDS, ConfigError, as_list, fmt  # noqa: E402
 from fedsim.methods import ENTRIES, USES  # noqa: E402
@@ -256,6 +256,20 @@ def metrics_of(runs):
 # ---------------------------------------------------------------------------------------
 
 write_plan(summary_path("planned_runs.csv"))
+
+
+def print_cost_estimate():
+    """The LSTM datasets' estimated cost (fedsim.cost), on stderr before any job (`snakemake -n`
+    too): one line per dataset, a WARNING where a run would take days on a CPU. Nothing without
+    LSTM datasets; nothing in the jobs' own processes (cluster jobs re-read the Snakefile)."""
+    if not workflow.is_main_process:
+        return
+    constants, source = cost.load_constants(results("benchmarks", cost.CALIBRATION_FILE))
+    for line in cost.report_lines(cost.plan_costs(config, PLAN, dataset_path, constants), source):
+        print(line, file=sys.stderr)
+
+
+print_cost_estimate()
 # Jobs call fedsim through its warm launcher (fedsim.warm: one process imports torch once and
 # forks a child per job); FEDSIM_WARM=0, inherited by the jobs, makes every job a fresh process.
 # Not a param: it changes no result, so switching it reruns nothing.

@@ -1,0 +1,376 @@
+"""What a planned run of the LSTM datasets (Shakespeare, Sent140) will cost, before it starts.
+
+Torch-free (the workflow imports it at every snakemake call; `calibrate` imports torch lazily).
+
+The model, per run of T rounds, K devices per round, E epochs, batch size B:
+
+    training   T x (step_s x S_max + row_s x B x S_sum)
+    gradients  T x grad_row_s x (rows of the round's full local gradients, FedDANE's first exchange)
+    evaluation (T + 1) x (eval_row_s x (train + test rows of the evaluated devices)
+                          + grad_row_s x (their gradient rows: the dissimilarity metrics))
+
+S_max: the sequential steps of the round's longest device, E x ceil(n_max / B), expected over the
+round's selection (K of the devices uniformly without replacement, or with probability n_k / n);
+S_sum: every selected device's steps. The batched engine (fedsim.engine.local_sgd_stacked) runs
+S_max steps, each over the devices still training, so one step costs a fixed part (step_s: the
+time loop's ~160 small kernel calls) plus a part per row of the active devices' batches (row_s).
+Full local gradients use at most 200 rows per device (fedsim.lstm). All figures are seconds on
+one CPU thread (training jobs compute on one torch thread whatever `threads` says), measured by
+`python -m fedsim cost --calibrate` (fedsim.cost.calibrate) or the DEFAULTS below.
+
+Device sizes: the built dataset file's where it exists (its offsets, read with h5py), else the
+paper's Table 1 (mean and stdev of samples per device) as a lognormal over the config's `devices`,
+split by its `train_fraction`: an assumption, said in the printed line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .experiments import LSTM_KINDS, RUN_FIELDS
+from .methods import ENTRIES
+
+# CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`,
+# 2026-11-25, best of 2 while another agent's jobs shared the machine; CPU time, not the wall clock).
+# step_s: fixed part of one batched SGD step; row_s: per row of a step's batches (forward +
+# backward); eval_row_s: per evaluated row (forward only, in large chunks); grad_row_s: per row
+# of a full local gradient (forward + backward).
+DEFAULTS = {
+    "shakespeare": {"step_s": 0.022, "row_s": 0.0167, "eval_row_s": 0.0054, "grad_row_s": 0.0125},
+    "sent140": {"step_s": 0.0129, "row_s": 0.00118, "eval_row_s": 0.00062, "grad_row_s": 0.00083},
+}
+CALIBRATION_FILE = "cost_calibration.json"  # under <results_dir>/benchmarks/
+# The paper's Table 1: devices, mean and stdev of samples per device
+PAPER_TABLE = {"shakespeare": (143, 3616, 6808), "sent140": (772, 53, 32)}
+DEFAULT_TRAIN_FRACTION = 0.8  # LEAF's --tf, the builders' default
+GRAD_BATCH, GRAD_BATCHES = 50, 4  # as fedsim.lstm: a full local gradient reads at most 200 rows
+DAY_S = 86400.0
+
+
+@dataclass
+class Sizes:
+    """Samples per device of a dataset's train and test splits, and where they come from."""
+
+    train: np.ndarray
+    test: np.ndarray
+    source: str
+
+
+@dataclass
+class RunCost:
+    """Seconds of one run, by part."""
+
+    train_s: float
+    grads_s: float
+    eval_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.train_s + self.grads_s + self.eval_s
+
+
+@dataclass
+class DatasetCost:
+    dataset: str
+    runs: int
+    rounds: list = field(default_factory=list)
+    seconds: list = field(default_factory=list)  # per run
+    parts: RunCost = None                         # summed over the runs
+    sizes_source: str = ""
+    device: str = "cpu"
+
+    @property
+    def total_s(self) -> float:
+        return float(sum(self.seconds))
+
+    @property
+    def longest_s(self) -> float:
+        return float(max(self.seconds, default=0.0))
+
+
+# ---------------------------------------------------------------------------------------
+# Device sizes
+# ---------------------------------------------------------------------------------------
+
+def table_sizes(kind: str, devices: int | None = None, train_fraction: float = DEFAULT_TRAIN_FRACTION) -> Sizes:
+    """Sizes from the paper's Table 1: `devices` (default: the paper's) lognormal quantiles with
+    the table's mean and stdev, each device split train / test by `train_fraction`."""
+    paper_devices, mean, sd = PAPER_TABLE[kind]
+    n = devices or paper_devices
+    sigma2 = math.log1p((sd / mean) ** 2)
+    mu = math.log(mean) - sigma2 / 2
+    q = (np.arange(n) + 0.5) / n
+    z = np.sqrt(2) * np.array([_erfinv(2 * p - 1) for p in q])
+    total = np.maximum(2, np.round(np.exp(mu + math.sqrt(sigma2) * z))).astype(np.int64)
+    train = np.maximum(1, np.round(total * train_fraction)).astype(np.int64)
+    return Sizes(train, total - train, f"the paper's Table 1 (mean {mean:,}, stdev {sd:,} per device, lognormal "
+                                       f"over {n} devices: an assumption until the file is built)")
+
+
+def _erfinv(y: float) -> float:
+    """Inverse error function (Newton on math.erf; |y| < 1)."""
+    x = 0.0
+    for _ in range(60):
+        step = (math.erf(x) - y) / (2 / math.sqrt(math.pi) * math.exp(-x * x))
+        x -= step
+        if abs(step) < 1e-12:
+            break
+    return x
+
+
+def file_sizes(path) -> Sizes:
+    """Sizes from a built dataset file: its train/test offsets only (h5py, no rows read)."""
+    import h5py
+
+    with h5py.File(path, "r") as f:
+        train, test = (np.diff(f[f"{split}/offsets"][:]) for split in ("train", "test"))
+    return Sizes(train.astype(np.int64), test.astype(np.int64), str(path))
+
+
+def dataset_sizes(cfg, dataset, path=None) -> Sizes:
+    """The built file's sizes where `path` exists (and can be read), else Table 1's."""
+    if path is not None and Path(path).is_file():
+        try:
+            return file_sizes(path)
+        except (OSError, KeyError):
+            pass
+    entry = cfg["datasets"][dataset]
+    return table_sizes(entry["kind"], entry.get("devices"), entry.get("train_fraction", DEFAULT_TRAIN_FRACTION))
+
+
+# ---------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------
+
+def local_steps(sizes, epochs: int, batch_size: int) -> np.ndarray:
+    """E x ceil(n_k / B): a device's sequential SGD steps (fedsim.engine.local_steps)."""
+    return int(epochs) * -(-np.asarray(sizes, dtype=np.int64) // int(batch_size))
+
+
+def grad_rows(sizes) -> np.ndarray:
+    """Rows a device's full local gradient reads: n_k below 50, else 50 x min(n_k // 50, 4)."""
+    n = np.asarray(sizes, dtype=np.int64)
+    return np.where(n < GRAD_BATCH, n, GRAD_BATCH * np.minimum(n // GRAD_BATCH, GRAD_BATCHES))
+
+
+def expected_max(values, k: int, selection: str = "uniform") -> float:
+    """E[max of the values of k devices]: drawn uniformly without replacement (`uniform`) or with
+    probability proportional to `values`' device sizes (`weighted`, with replacement: pass the
+    weights as a tuple (values, weights))."""
+    if selection == "weighted":
+        values, weights = values
+        order = np.argsort(values, kind="stable")
+        v, p = np.asarray(values, float)[order], np.asarray(weights, float)[order]
+        cdf = np.cumsum(p / p.sum())
+        below = np.concatenate([[0.0], cdf[:-1]])
+        return float(np.sum(v * (cdf ** k - below ** k)))
+    v = np.sort(np.asarray(values, dtype=float))
+    n, k = len(v), min(int(k), len(v))
+    if k <= 0:
+        return 0.0
+    i = np.arange(1, n + 1)  # P(the max is the i-th smallest) = C(i - 1, k - 1) / C(n, k)
+    valid = i >= k
+    log_p = np.full(n, -np.inf)
+    iv = i[valid]
+    log_p[valid] = (_lgamma(iv) - _lgamma(k) - _lgamma(iv - k + 1)) - (_lgamma(n + 1) - _lgamma(k + 1) - _lgamma(n - k + 1))
+    return float(np.sum(v * np.exp(log_p)))
+
+
+def _lgamma(x):
+    return np.vectorize(math.lgamma)(np.asarray(x, dtype=float)) if np.ndim(x) else math.lgamma(x)
+
+
+def expected_sum(values, k: int, sizes, selection: str = "uniform") -> float:
+    """E[sum of the values of the k selected devices]."""
+    values = np.asarray(values, dtype=float)
+    if selection == "weighted":
+        p = np.asarray(sizes, float) / np.sum(sizes)
+        return float(k * (p @ values))
+    return float(k * values.mean())
+
+
+def round_train_seconds(sizes, k, epochs, batch_size, consts, selection="uniform") -> float:
+    """Expected seconds of one round's local SGD on K selected devices (of `sizes`)."""
+    steps = local_steps(sizes, epochs, batch_size)
+    s_max = expected_max((steps, sizes) if selection == "weighted" else steps, k, selection)
+    s_sum = expected_sum(steps, k, sizes, selection)
+    return consts["step_s"] * s_max + consts["row_s"] * batch_size * s_sum
+
+
+def run_cost(sizes: Sizes, *, rounds, k, epochs, batch_size, consts, gradients="none", eval_devices=None,
+             selection="uniform") -> RunCost:
+    """Seconds of one run (see the module docstring); `gradients`: the method's full-gradient
+    exchange (fedsim.methods: none, sampled = K devices, all = every device)."""
+    train = sizes.train
+    n_dev = len(train)
+    per_round = round_train_seconds(train, k, epochs, batch_size, consts, selection)
+    g = grad_rows(train)
+    g_rows = {"none": 0.0, "sampled": expected_sum(g, k, train, selection), "all": float(g.sum())}[gradients]
+    share = 1.0 if eval_devices is None else min(1.0, eval_devices / n_dev)
+    eval_rows = share * float(train.sum() + sizes.test.sum())
+    per_eval = consts["eval_row_s"] * eval_rows + consts["grad_row_s"] * share * float(g.sum())
+    return RunCost(rounds * per_round, rounds * consts["grad_row_s"] * g_rows, (rounds + 1) * per_eval)
+
+
+# ---------------------------------------------------------------------------------------
+# Constants: calibration file or defaults
+# ---------------------------------------------------------------------------------------
+
+def load_constants(path=None) -> tuple[dict, str]:
+    """The per-kind constants of a calibration file where it exists, else DEFAULTS; and their source."""
+    if path is not None and Path(path).is_file():
+        try:
+            found = json.loads(Path(path).read_text())
+            return {kind: {**DEFAULTS[kind], **found.get(kind, {})} for kind in DEFAULTS}, f"calibrated ({path})"
+        except (OSError, ValueError):
+            pass
+    return DEFAULTS, "fedsim.cost.DEFAULTS (measured here; `python -m fedsim cost --calibrate` for this machine)"
+
+
+# ---------------------------------------------------------------------------------------
+# The plan's LSTM runs
+# ---------------------------------------------------------------------------------------
+
+def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> list[DatasetCost]:
+    """Estimated cost of the plan's runs on each LSTM dataset (runs two experiments share count once)."""
+    constants = constants or DEFAULTS
+    lstm = [d for d in dict.fromkeys(plan["dataset"]) if cfg["datasets"][d]["kind"] in LSTM_KINDS]
+    out = []
+    for dataset in lstm:
+        entry = cfg["datasets"][dataset]
+        sizes = dataset_sizes(cfg, dataset, dataset_path(dataset))
+        runs = plan[plan["dataset"] == dataset].drop_duplicates(list(RUN_FIELDS))
+        cost = DatasetCost(dataset, len(runs), sizes_source=sizes.source, device=_device(cfg, dataset))
+        total = RunCost(0.0, 0.0, 0.0)
+        for run in runs.itertuples(index=False):
+            rc = run_cost(sizes, rounds=int(run.rounds), k=int(run.K), epochs=int(run.E),
+                          batch_size=int(entry["batch_size"]), consts=constants[entry["kind"]],
+                          gradients=ENTRIES[run.method].method.gradients, eval_devices=entry.get("eval_devices"),
+                          selection=cfg["simulator"]["selection"])
+            cost.rounds.append(int(run.rounds))
+            cost.seconds.append(rc.total_s)
+            total = RunCost(total.train_s + rc.train_s, total.grads_s + rc.grads_s, total.eval_s + rc.eval_s)
+        cost.parts = total
+        out.append(cost)
+    return out
+
+
+def _device(cfg, dataset) -> str:
+    device = cfg["simulator"]["device"]
+    return "cpu" if device == "auto" and cfg["datasets"][dataset]["kind"] not in LSTM_KINDS else device
+
+
+def gpu_visible() -> bool:
+    """Whether this machine shows an NVIDIA GPU (cheap: no torch, no CUDA call)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return (gpus.is_dir() and any(gpus.iterdir())) or bool(os.environ.get("FEDSIM_ASSUME_GPU"))
+
+
+def duration(seconds: float) -> str:
+    """3 h 20 min, 2.4 days, 45 s: a duration at a readable precision."""
+    if seconds >= 2 * DAY_S:
+        return f"{seconds / DAY_S:.1f} days"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
+
+
+def report_lines(costs: list[DatasetCost], constants_source: str, gpu=None) -> list[str]:
+    """The lines the workflow prints at start: one per LSTM dataset, a WARNING per dataset whose
+    runs would take more than a day each on a CPU, and where the figures come from. Empty
+    without LSTM datasets."""
+    if not costs:
+        return []
+    gpu = gpu_visible() if gpu is None else gpu
+    lines = []
+    for c in costs:
+        parts = c.parts
+        share = f"training {parts.train_s / max(c.total_s, 1e-9):.0%}, gradients {parts.grads_s / max(c.total_s, 1e-9):.0%}, " \
+                f"evaluation {parts.eval_s / max(c.total_s, 1e-9):.0%}"
+        rounds = sorted(set(c.rounds))
+        lines.append(f"Cost estimate, {c.dataset}: {c.runs} runs of {'/'.join(map(str, rounds))} rounds, "
+                     f"{c.total_s / max(c.runs, 1) / 3600:,.1f} h per run on average (longest {duration(c.longest_s)}; "
+                     f"{share}), {c.total_s / 3600:,.0f} core-hours in all on one CPU thread per run")
+        on_gpu = c.device in ("cuda", "auto")
+        if on_gpu:
+            lines.append(f"  {c.dataset}: simulator.device is {c.device}: these are CPU figures; the runs use a GPU "
+                         f"where there is one ({'one is visible here' if gpu else 'none is visible here'}), "
+                         "whose speed is not calibrated")
+        if c.longest_s > DAY_S and (not on_gpu or not gpu):
+            lines.append(f"WARNING: {c.dataset}: a run would take up to {duration(c.longest_s)} on a CPU core "
+                         f"({c.total_s / DAY_S:,.0f} core-days for its {c.runs} runs): use a GPU "
+                         "(simulator.device: auto), fewer rounds or epochs, or `eval_devices`")
+    lines.append(f"  (sizes: {'; '.join(f'{c.dataset} from {c.sizes_source}' for c in costs)}; "
+                 f"seconds per step and row: {constants_source})")
+    return lines
+
+
+# ---------------------------------------------------------------------------------------
+# Calibration (imports torch)
+# ---------------------------------------------------------------------------------------
+
+def calibrate(kinds=tuple(DEFAULTS), steps: int = 4, repeats: int = 2, log=print) -> dict:
+    """Measure the constants on this machine, one torch thread: a few batched SGD steps of the real
+    models at 1 and 4 devices (step_s, row_s from the two), a chunked evaluation (eval_row_s) and
+    full local gradients (grad_row_s), on random inputs in each dataset's format. CPU time, the
+    best of `repeats`: on an idle machine the same as the wall clock, and on a shared one still
+    what a job costs a core (the wall clock there depends on the neighbours)."""
+    import time
+
+    import torch
+
+    from .engine import Clients, SGDSettings, local_sgd_batched
+    from .lstm import CharLSTM, Sent140LSTM
+    from .methods import LocalProblem
+
+    torch.set_num_threads(1)
+    batch = 10
+    out = {}
+    for kind in kinds:
+        rng = np.random.default_rng(0)
+        if kind == "shakespeare":
+            model, vocab, eval_n = CharLSTM(), 80, 410  # one evaluation chunk
+        else:
+            vocab, eval_n = 5000, 3000
+            model = Sent140LSTM(torch.from_numpy(rng.normal(size=(vocab + 1, 300)).astype(np.float32)))
+        params = model.init(torch.Generator().manual_seed(0))
+
+        def data(devices, size):
+            n = devices * size
+            x = torch.from_numpy(rng.integers(0, vocab, (n, model.seq_len)).astype(np.int32))
+            y = torch.from_numpy(rng.integers(0, model.num_classes, n))
+            return Clients.from_arrays(x, y, np.arange(devices + 1) * size)
+
+        def best(fn):  # CPU seconds (one thread): what a core-hour counts, and steady on a shared machine
+            times = []
+            for _ in range(repeats):
+                start = time.process_time()
+                fn()
+                times.append(time.process_time() - start)
+            return min(times)
+
+        settings = SGDSettings(lr=0.1, epochs=1, batch_size=batch, seed=0)
+        problem = LocalProblem(mu=0.0, correction=None)
+        timed = {}
+        for k in (1, 4):
+            clients = data(k, steps * batch)
+            timed[k] = best(lambda: local_sgd_batched(model, params, problem, clients, np.arange(k), settings, 0))
+        row_s = max(0.0, (timed[4] - timed[1]) / (steps * 3 * batch))
+        step_s = max(0.0, timed[1] / steps - row_s * batch)
+        clients = data(1, eval_n)
+        eval_row_s = best(lambda: model.stats(params, clients.x[:-1], clients.y[:-1])) / eval_n
+        clients = data(4, GRAD_BATCH * GRAD_BATCHES)
+        grad_row_s = best(lambda: model.device_grads(params, clients.x[:-1], clients.y[:-1], clients.offsets)) / (
+            4 * GRAD_BATCH * GRAD_BATCHES)
+        out[kind] = {"step_s": step_s, "row_s": row_s, "eval_row_s": eval_row_s, "grad_row_s": grad_row_s}
+        log(f"{kind}: {json.dumps({k: float(f'{v:.4g}') for k, v in out[kind].items()})} "
+            f"(1 device: {timed[1] / steps:.4f} s/step, 4 devices: {timed[4] / steps:.4f} s/step)")
+    return out

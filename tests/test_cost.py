@@ -1,0 +1,147 @@
+"""The LSTM datasets' cost estimate (fedsim.cost): the model on hand-computable cases, the sizes it
+reads, and the lines the workflow prints (tests/test_leaf_workflow.py checks them in a real dry run).
+No timing here: benchmarks/lstm_round.py --estimate compares the estimate with a measured round."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from fedsim import cost, experiments
+from fedsim.configcheck import check_config, load_schema
+from fedsim.data import write_dataset
+
+REPO = Path(__file__).resolve().parents[1]
+CONSTS = {"step_s": 0.5, "row_s": 0.01, "eval_row_s": 0.001, "grad_row_s": 0.002}
+
+
+def sizes(train, test):
+    return cost.Sizes(np.array(train), np.array(test), "test")
+
+
+def test_one_round_by_hand():
+    # K = all 3 devices: the longest has 2 x ceil(25 / 10) = 6 steps, all together 2 x (1 + 2 + 3) = 12
+    s = [5, 15, 25]
+    assert list(cost.local_steps(s, 2, 10)) == [2, 4, 6]
+    assert cost.expected_max(cost.local_steps(s, 2, 10), 3) == 6
+    assert cost.round_train_seconds(s, 3, 2, 10, CONSTS) == pytest.approx(0.5 * 6 + 0.01 * 10 * 12)
+
+
+def test_a_run_by_hand():
+    # 2 rounds, K = 3 of 3, E = 2, B = 10; FedDANE's gradients on all 3 (rows 5 + 15 + 25, all < 50)
+    run = cost.run_cost(sizes([5, 15, 25], [1, 2, 3]), rounds=2, k=3, epochs=2, batch_size=10, consts=CONSTS,
+                        gradients="sampled")
+    assert run.train_s == pytest.approx(2 * 4.2)
+    assert run.grads_s == pytest.approx(2 * 0.002 * 45)
+    # 3 evaluations (rounds 0, 1, 2) of 45 + 6 rows and the 45 gradient rows
+    assert run.eval_s == pytest.approx(3 * (0.001 * 51 + 0.002 * 45))
+    assert run.total_s == pytest.approx(run.train_s + run.grads_s + run.eval_s)
+    # eval_devices: 1 of 3 devices evaluates a third of the rows (in expectation)
+    sampled = cost.run_cost(sizes([5, 15, 25], [1, 2, 3]), rounds=2, k=3, epochs=2, batch_size=10, consts=CONSTS,
+                            eval_devices=1)
+    assert sampled.eval_s == pytest.approx(run.eval_s / 3) and sampled.grads_s == 0
+
+
+def test_gradient_rows_follow_the_models_rule():
+    # n < 50: all n; else 50 x min(n // 50, 4)
+    assert list(cost.grad_rows([3, 49, 50, 149, 1000])) == [3, 49, 50, 100, 200]
+
+
+def test_expected_maximum_of_a_uniform_draw():
+    # 2 of {1, 2, 3}: pairs (1,2) (1,3) (2,3), maxima 2, 3, 3
+    assert cost.expected_max([3, 1, 2], 2) == pytest.approx(8 / 3)
+    assert cost.expected_max([3, 1, 2], 1) == pytest.approx(2)
+    # weighted, with replacement: P(max <= v) = cdf(v)^k
+    values, weights = np.array([1.0, 2.0]), np.array([1.0, 3.0])
+    assert cost.expected_max((values, weights), 2, "weighted") == pytest.approx(1 * 1 / 16 + 2 * 15 / 16)
+
+
+def test_table_sizes_match_the_papers_mean():
+    s = cost.table_sizes("shakespeare", 2000)
+    total = s.train + s.test
+    assert len(total) == 2000 and abs(total.mean() / 3616 - 1) < 0.05
+    assert abs(s.train.sum() / total.sum() - 0.8) < 0.01
+    assert "Table 1" in s.source
+
+
+def test_sizes_come_from_the_built_file(tmp_path):
+    path = tmp_path / "d.h5"
+    x = np.zeros((9, 80), dtype=np.int32)
+    write_dataset(path, name="d", kind="shakespeare", num_classes=80, clients=["a", "b"],
+                  train_x=x[:6], train_y=np.zeros(6, dtype=np.int64), train_offsets=[0, 2, 6],
+                  test_x=x[:3], test_y=np.zeros(3, dtype=np.int64), test_offsets=[0, 1, 3], provenance={})
+    cfg = {"datasets": {"d": {"kind": "shakespeare"}}}
+    s = cost.dataset_sizes(cfg, "d", path)
+    assert list(s.train) == [2, 4] and list(s.test) == [1, 2] and s.source == str(path)
+    assert "Table 1" in cost.dataset_sizes(cfg, "d", tmp_path / "missing.h5").source
+
+
+def load_config(*files):
+    def merge(a, b):
+        if isinstance(a, dict) and isinstance(b, dict):
+            return {**a, **{k: merge(a.get(k), v) for k, v in b.items()}}
+        return b
+
+    cfg = {}
+    for name in ("config/config.yaml", *files):
+        cfg = merge(cfg, yaml.safe_load((REPO / name).read_text()))
+    check_config(cfg, load_schema(REPO / "workflow/schemas/config.schema.yaml"), REPO)
+    cfg["experiments"] = experiments.selected_experiments(cfg)
+    return cfg
+
+
+def test_the_default_config_costs_nothing_to_print():
+    cfg = load_config()
+    assert cost.plan_costs(cfg, experiments.plan(cfg)) == []
+    assert cost.report_lines([], "defaults") == []
+
+
+def test_the_paper_config_prints_a_line_per_lstm_dataset_and_warns_on_a_cpu():
+    cfg = load_config("config/paper.yaml")
+    costs = cost.plan_costs(cfg, experiments.plan(cfg))
+    assert [c.dataset for c in costs] == ["sent140", "shakespeare"]
+    shakespeare = costs[1]
+    # Figure 1: FedAvg, FedProx, FedDANE at 5 mu; Figure 3: the three at one (tuned) mu; 2 seeds
+    assert shakespeare.runs == (2 + 5 + 3) * 2 and set(shakespeare.rounds) == {40}
+    lines = cost.report_lines(costs, "defaults", gpu=False)
+    assert lines[0].startswith("Cost estimate, sent140: 20 runs of 800 rounds")
+    assert any(line.startswith("WARNING: shakespeare: a run would take up to") for line in lines)
+    assert all("simulator.device is auto" in line for line in lines if line.startswith("  sent140:"))
+    # with a GPU visible, device auto: the CPU figures, no warning
+    assert not any(line.startswith("WARNING") for line in cost.report_lines(costs, "defaults", gpu=True))
+    # on the CPU, a warning whatever this machine has
+    for c in costs:
+        c.device = "cpu"
+    assert any(line.startswith("WARNING") for line in cost.report_lines(costs, "defaults", gpu=True))
+
+
+def test_a_short_shakespeare_run_on_a_cpu_is_no_warning():
+    cfg = load_config("config/paper.yaml")
+    cfg["datasets"]["shakespeare"]["rounds"] = 2
+    cfg["experiments"] = {"one": {"datasets": ["shakespeare"], "methods": ["fedavg"], "clients_per_round": 10,
+                                  "epochs": 1, "seeds": [0]}}
+    costs = cost.plan_costs(cfg, experiments.plan(cfg))
+    (c,) = costs
+    assert c.runs == 1 and c.rounds == [2]
+    lines = cost.report_lines(costs, "defaults", gpu=False)
+    assert not any(line.startswith("WARNING") for line in lines)
+    assert math.isclose(c.total_s, c.parts.total_s)
+
+
+def test_constants_from_a_calibration_file(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text('{"shakespeare": {"step_s": 1.5}}')
+    constants, source = cost.load_constants(path)
+    assert constants["shakespeare"]["step_s"] == 1.5
+    assert constants["shakespeare"]["row_s"] == cost.DEFAULTS["shakespeare"]["row_s"]
+    assert "calibrated" in source
+    assert cost.load_constants(tmp_path / "none.json")[0] is cost.DEFAULTS
+
+
+def test_durations_read_well():
+    assert cost.duration(30) == "30 s" and cost.duration(600) == "10 min"
+    assert cost.duration(5 * 3600) == "5.0 h" and cost.duration(3 * 86400) == "3.0 days"
