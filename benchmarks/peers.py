@@ -6,8 +6,8 @@ simulation: same process, same data, same settings.
 Setting: Synthetic (1,1) (30 devices, seed 0, generated as benchmarks/round_time.py does), FedAvg,
 K=10, E=20, B=10, lr=0.01, float32, one thread; training only (no evaluation). Each round t
 trains the K devices fedsim's selection draws for t, from the same initial model; every
-engine's time is the best of --repeats (the engines take turns within each repeat), averaged
-over the rounds.
+engine's time is the best of --repeats (the engines take turns within each repeat, fedsim's
+timed call right after an untimed one), averaged over the rounds.
 
 - fedsim: what a run does between two evaluations, with the engine a run picks (`auto`: the
   compiled kernel for MCLR on the CPU): local problem, local SGD, server update.
@@ -51,11 +51,14 @@ from fedsim.synthetic import write_synthetic  # noqa: E402
 from fedsim.train import RunConfig, RunData, round_devices  # noqa: E402
 
 
-def best_of(repeats: int, fns: dict) -> dict:
-    """Best time of each fn in `fns`, the fns taking turns within each of `repeats` rounds."""
+def best_of(repeats: int, fns: dict, cold: tuple = ()) -> dict:
+    """Best time of each fn in `fns`, the fns taking turns within each of `repeats` rounds; each
+    timed call right after an untimed one of the same fn (warm caches), except those in `cold`."""
     times = {name: [] for name in fns}
     for _ in range(repeats):
         for name, fn in fns.items():
+            if name not in cold:
+                fn()
             start = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - start)
@@ -117,6 +120,7 @@ def flower(client_data: list, params: torch.Tensor, clients_per_round: int, roun
         return "flwr not installed: pip install 'flwr[simulation]' to time it"
     try:
         from flwr.client import NumPyClient
+        from flwr.common import ndarrays_to_parameters
         from flwr.server import ServerConfig
         from flwr.server.strategy import FedAvg
         from flwr.simulation import start_simulation
@@ -143,13 +147,14 @@ def flower(client_data: list, params: torch.Tensor, clients_per_round: int, roun
                 stamps.append(time.perf_counter())
                 return out
 
-        def client_fn(context):
-            return Client(int(context.node_config["partition-id"])).to_client()
+        def client_fn(context):  # flwr >= 1.9 passes a Context, older versions the client id
+            cid = context if isinstance(context, str) else context.node_config["partition-id"]
+            return Client(int(cid)).to_client()
 
         n = len(client_data)
         strategy = Timed(fraction_fit=clients_per_round / n, min_fit_clients=clients_per_round,
                          min_available_clients=n, fraction_evaluate=0.0, min_evaluate_clients=0,
-                         initial_parameters=flwr.common.ndarrays_to_parameters(
+                         initial_parameters=ndarrays_to_parameters(
                              [v.detach().numpy() for v in template.state_dict().values()]))
         start_simulation(client_fn=client_fn, num_clients=n, config=ServerConfig(num_rounds=rounds),
                          strategy=strategy, client_resources={"num_cpus": 1})
@@ -207,7 +212,8 @@ def main() -> None:
         counted = []
         best = best_of(args.repeats, {
             "fedsim": lambda: fedsim_round(ctx),
-            "by hand": lambda: by_hand_round(global_model, client_data, solvers, epochs, batch_size, lr, counted)})
+            "by hand": lambda: by_hand_round(global_model, client_data, solvers, epochs, batch_size, lr, counted)},
+            cold=("by hand",))
         assert len(set(counted)) == 1
         steps_hand.append(counted[0])
         for name, value in best.items():
