@@ -14,12 +14,13 @@ peak resident memory (RSS).
 Generation is the long part, and is timed and printed as its own figure. Before generating, the
 script prints the dataset's exact size (the device sizes are the generator's first draw, so they
 are drawn here the same way: N = 100,000 devices hold 46.0 M samples, 11.4 GB at 60 features)
-and how long writing it takes at the rates measured on this 2-core machine (75 MB/s idle, 23 MB/s
-with another job beside it: 2.5 to 8 minutes for the default); it stops with one line when the
-target disk has less free space than the file needs. The default stays the paper's 60 features
-at N = 100,000: generation included, the whole benchmark takes ~3 min idle and ~10 min loaded
-(measured 2026-11-25), within the 20 minutes it is meant to fit; the training process's peak RSS
-stays under 1 GiB and the generating child's under 2 GiB (its largest device has 0.7 M rows).
+and how long writing it takes at the rates measured on this 2-core machine (75 MB/s idle on
+2026-11-22, 21 MB/s with another job beside it on 2026-11-25: 2.5 to 9 minutes for the
+default); it stops with one line when the target disk has less free space than the file needs.
+The default stays the paper's 60 features at N = 100,000, which fits the 20 minutes it is meant
+to: on 2026-11-25, loaded, generation took 542 s and the whole benchmark 584 s (idle, with the
+152 s generation of 2026-11-22, about 3 minutes); peak RSS 1.18 GiB in the training process and
+1.42 GiB in the generating child (its largest device has 0.7 M rows), under the 4 GiB target.
 --features 20 makes the file 3.5x smaller for a quick look (the rounds then do less work per
 sample than the paper's data).
 """
@@ -48,7 +49,7 @@ from fedsim import train  # noqa: E402
 from fedsim.data import FederatedDataset  # noqa: E402
 
 
-GENERATION_MB_PER_S = {"idle": 75.0, "loaded": 23.0}  # this 2-core machine, 2026-11-22 and 2026-11-25
+GENERATION_MB_PER_S = {"idle": 75.0, "loaded": 21.0}  # this 2-core machine, 2026-11-22 and 2026-11-25
 
 
 def dataset_size(devices: int, features: int, seed: int = 0) -> tuple[int, int, int]:
