@@ -83,3 +83,23 @@ def test_reading_many_devices_at_once_matches_reading_each(tmp_path, monkeypatch
             np.testing.assert_array_equal(got.x, np.concatenate([p.x for p in each]))
             np.testing.assert_array_equal(got.y, np.concatenate([p.y for p in each]))
             np.testing.assert_array_equal(got.sizes, [len(p.y) for p in each])
+
+
+def test_scale_benchmark_predicts_the_dataset_it_generates(tmp_path):
+    """benchmarks/scale.py states the dataset's size before generating it: the same device sizes."""
+    import importlib.util
+    from pathlib import Path
+
+    from fedsim.synthetic import write_synthetic
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "scale.py"
+    spec = importlib.util.spec_from_file_location("scale_benchmark", script)
+    scale = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(scale)
+    samples, largest, size = scale.dataset_size(40, 7)
+    path = tmp_path / "s.h5"
+    write_synthetic(path, name="s", alpha=1.0, beta=1.0, iid=False, num_devices=40, num_features=7, seed=0)
+    with FederatedDataset(path) as dataset:
+        sizes = dataset.train_sizes + dataset.test_sizes
+    assert (samples, largest) == (int(sizes.sum()), int(sizes.max()))
+    assert size == samples * (4 * 7 + 8) + 64 * 40

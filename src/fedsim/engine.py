@@ -109,13 +109,20 @@ def batch_plan(size: int, settings: SGDSettings, round_: int, device: int) -> np
     """
     if settings.shuffle == "authors":
         return authors.batch_plan(size, settings.batch_size, settings.epochs, int(settings.epochs_done[device]))
+    per_epoch = -(-size // settings.batch_size)
+    plan = np.full((settings.epochs * per_epoch, settings.batch_size), -1, dtype=np.int64)
+    _plan_into(plan, size, settings, round_, device, 0)
+    return plan
+
+
+def _plan_into(out: np.ndarray, size: int, settings: SGDSettings, round_: int, device: int, start: int) -> None:
+    """Write batch_plan's real slots, plus `start`, into `out` (its shape, padding slots already set)."""
     rng = np.random.default_rng([settings.seed, round_, device, SHUFFLE_STREAM])
-    b = settings.batch_size
-    per_epoch = -(-size // b)
-    plan = np.full((settings.epochs, per_epoch * b), -1, dtype=np.int64)
-    for epoch in range(settings.epochs):
-        plan[epoch, :size] = rng.permutation(size)
-    return plan.reshape(settings.epochs * per_epoch, b)
+    # Row e is rng.permutation(size) drawn at epoch e: permuted shuffles the rows in order with the
+    # same draws (the same stream, tested), in one call instead of E.
+    order = rng.permuted(np.broadcast_to(np.arange(start, start + size, dtype=np.int64), (settings.epochs, size)),
+                         axis=1)
+    out.reshape(settings.epochs, -1)[:, :size] = order
 
 
 def local_sgd_loop(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
@@ -242,12 +249,23 @@ def _stacked_plans(clients: Clients, devices, settings, round_):
     short ones would make the box mostly padding.
     """
     pos = clients.locate(devices)
-    plans = [batch_plan(int(clients.sizes[k]), settings, round_, int(d)) for k, d in zip(pos, devices)]
-    steps = np.array([len(p) for p in plans])
+    sizes = clients.sizes[pos]
+    if settings.shuffle == "authors":
+        plans = [batch_plan(int(n), settings, round_, int(d)) for n, d in zip(sizes, devices)]
+        steps = np.array([len(p) for p in plans], dtype=np.int64)
+    else:
+        steps = local_steps(sizes, settings)
     order = np.argsort(-steps, kind="stable")
-    rows = np.concatenate([np.where(plans[j] >= 0, plans[j] + clients.offsets[pos[j]], clients.sentinel)
-                           for j in order])
-    first = np.concatenate([[0], np.cumsum(steps[order])[:-1]])
+    first = np.concatenate([[0], np.cumsum(steps[order])[:-1]]).astype(np.int64)
+    if settings.shuffle == "authors":
+        local = np.concatenate([plans[j] for j in order])
+        start = np.repeat(clients.offsets[pos[order]], steps[order])[:, None]
+        rows = np.where(local >= 0, local + start, clients.sentinel)
+    else:  # written in place: one array, no per-device plans to concatenate
+        rows = np.full((int(steps.sum()), settings.batch_size), clients.sentinel, dtype=np.int64)
+        for j, f in zip(order, first):
+            _plan_into(rows[f:f + steps[j]], int(sizes[j]), settings, round_, int(devices[j]),
+                       int(clients.offsets[pos[j]]))
     return rows, first, steps[order], order
 
 
