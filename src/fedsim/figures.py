@@ -17,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib import transforms  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
@@ -34,6 +35,7 @@ BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
 # coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay visible as two patterns.
 DASHES = ("-", "--", "-.", ":")
 LINESTYLES = {name: DASHES[i % len(DASHES)] for i, name in enumerate(ENTRIES)}
+LEGEND_DROP_PT = 30  # a panel's legend starts this far below its axes: under tick labels and x label
 TUNED = tuple(name for name, e in ENTRIES.items() if e.method.mu == "tuned")
 
 
@@ -140,8 +142,10 @@ def _panel(ax, runs, tuned, metric: str, x: str) -> None:
         lines[method] = _curve(ax, selected, metric, label, COLORS[method], x, LINESTYLES[method])
     _y_range(ax, lines, metric)
     # below the panel, under its x label: inside, it would cover the curves of an oscillating FedDANE
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), fontsize=7, frameon=False, ncol=1,
-              handlelength=2.5, borderaxespad=0)
+    # (anchored in points below the axes, under the tick labels and the x label, whatever the panel's height)
+    below = transforms.offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, fontsize=7, frameon=False,
+              ncol=1, handlelength=2.5, borderaxespad=0)
 
 
 def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
@@ -157,7 +161,7 @@ def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
     columns = sorted({key[1:] for key in panels}, key=lambda c: (c[1], c[0], c[2]))
     grid = any(sum(k[0] == d for k in panels) > 1 for d in datasets)
     shape = (len(datasets), len(columns)) if grid else (1, len(datasets))
-    fig, axes = plt.subplots(*shape, figsize=(3.4 * shape[1], 2.9 * shape[0]), squeeze=False)
+    fig, axes = plt.subplots(*shape, figsize=(3.4 * shape[1], _row_height(runs) * shape[0]), squeeze=False)
     # what varies between panels goes into their titles, the rest into the figure's title
     varies = [len({key[i] for key in panels}) > 1 for i in (1, 2, 3)]
     x, x_label = X_AXES[x_axis]
@@ -174,6 +178,11 @@ def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
     fig.suptitle("; ".join(filter(None, [", ".join(_setting_text(next(iter(panels)), [not v for v in varies])),
                                          band_text(runs)])), fontsize=10)
     save(fig, out)
+
+
+def _row_height(runs) -> float:
+    """Inches per row of panels: the axes with their labels, and the legend below, a line per curve."""
+    return 2.8 + 0.15 * len({variant_of(record["config"]) for _, record in runs})
 
 
 def band_text(runs) -> str:
@@ -199,7 +208,7 @@ def beyond_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "tr
     for run in runs:
         panels.setdefault(setting(run[1]), []).append(run)
     keys = sorted(panels, key=lambda key: panel_order(panels[key][0][1]))
-    fig, axes = plt.subplots(2, len(keys), figsize=(3.6 * len(keys), 6.2), squeeze=False)
+    fig, axes = plt.subplots(2, len(keys), figsize=(3.6 * len(keys), 2 * _row_height(runs)), squeeze=False)
     for col, key in enumerate(keys):
         for row, axis in enumerate(("rounds", "communication_rounds")):
             ax = axes[row][col]
