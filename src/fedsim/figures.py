@@ -35,6 +35,7 @@ BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
 # coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay visible as two patterns.
 DASHES = ("-", "--", "-.", ":")
 LINESTYLES = {name: DASHES[i % len(DASHES)] for i, name in enumerate(ENTRIES)}
+MIN_WIDTH = 5.5  # inches: a one-panel figure still holds its title and legend
 LEGEND_DROP_PT = 30  # a panel's legend starts this far below its axes: under tick labels and x label
 TUNED = tuple(name for name, e in ENTRIES.items() if e.method.mu == "tuned")
 
@@ -161,7 +162,7 @@ def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
     columns = sorted({key[1:] for key in panels}, key=lambda c: (c[1], c[0], c[2]))
     grid = any(sum(k[0] == d for k in panels) > 1 for d in datasets)
     shape = (len(datasets), len(columns)) if grid else (1, len(datasets))
-    fig, axes = plt.subplots(*shape, figsize=(3.4 * shape[1], _row_height(runs) * shape[0]), squeeze=False)
+    fig, axes = plt.subplots(*shape, figsize=(max(3.4 * shape[1], MIN_WIDTH), _row_height(runs) * shape[0]), squeeze=False)
     # what varies between panels goes into their titles, the rest into the figure's title
     varies = [len({key[i] for key in panels}) > 1 for i in (1, 2, 3)]
     x, x_label = X_AXES[x_axis]
