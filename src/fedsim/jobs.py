@@ -1,5 +1,6 @@
 """The workflow's jobs as fedsim commands: their arguments and resources, from the config, and
-the package code each one runs (so that an edit reruns exactly the jobs whose code changed).
+the package code each one runs with its fingerprint (so that an edit reruns exactly the jobs whose
+code changed).
 
 Pure functions of the config (as fedsim.configcheck leaves it) and of a job's wildcards; no torch,
 no Snakemake. workflow/rules/common.smk binds them to its config; a rule's params are these
@@ -9,6 +10,7 @@ strings, so changing a setting reruns exactly the jobs whose command it changes.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import shlex
@@ -201,3 +203,35 @@ def package_code(package_dir, *entries):
         todo += [".".join(parts[:i]) for i in range(len(parts))]  # its packages' __init__ run first
         todo += sorted(_imported(package_dir, dotted))
     return sorted(os.path.relpath(_module_file(package_dir, m)) for m in seen)  # relative to the cwd
+
+
+def fingerprint_name(*entries) -> str:
+    """The name of the fingerprint of the code that runs the modules `entries`: the entries
+    joined by '+', e.g. train+methods.feddane."""
+    return "+".join(entries)
+
+
+def fingerprint_text(files) -> str:
+    """One line per source file, `<sha256 of its content>  <path>` (sha256sum's format, so
+    `sha256sum -c` checks it), in the order given."""
+    return "".join(f"{hashlib.sha256(Path(path).read_bytes()).hexdigest()}  {path}\n" for path in files)
+
+
+def code_fingerprint(package_dir, out_dir, *entries) -> list[str]:
+    """The code a job running `entries` executes (package_code), as ONE input file:
+    <out_dir>/<fingerprint_name>.txt listing each of those source files with the sha256 of its
+    content. Rewritten (atomically) only when that text changes, so its modification time moves
+    exactly when the content of some of that code does: a checkout that only touches files
+    reruns nothing, and Snakemake stats one file per job instead of every source file.
+    [] where package_dir does not exist (the package installed elsewhere), like package_code."""
+    files = package_code(package_dir, *entries)
+    if not files:
+        return []
+    path = Path(out_dir, f"{fingerprint_name(*entries)}.txt")
+    text = fingerprint_text(files)
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process: jobs may parse at once
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return [str(path)]
