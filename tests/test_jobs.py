@@ -51,3 +51,15 @@ def test_fingerprint_is_rewritten_only_when_the_code_changes(tmp_path, monkeypat
 def test_no_package_no_fingerprint(tmp_path):
     assert jobs.code_fingerprint(tmp_path / "missing", tmp_path / "code", "train") == []
     assert not (tmp_path / "code").exists()
+
+
+def test_a_module_created_later_joins_the_code_of_its_importers(tmp_path, monkeypatch):
+    """Parses are remembered per file version, but whether a name is a module is checked anew."""
+    monkeypatch.chdir(tmp_path)
+    pkg = make_package(tmp_path)
+    (pkg / "methods" / "a.py").write_text("from .. import extra\n")
+    assert "src/pkg/extra.py" not in jobs.package_code(pkg, "methods.a")
+    (pkg / "extra.py").write_text("Z = 1\n")
+    assert "src/pkg/extra.py" in jobs.package_code(pkg, "methods.a")
+    (pkg / "extra.py").write_text("from .engine import X\n")  # its own imports follow its edits
+    assert "src/pkg/engine.py" in jobs.package_code(pkg, "methods.a")

@@ -162,10 +162,25 @@ def _module_file(package_dir, dotted):
     return next((path for path in candidates if path.is_file()), None)
 
 
+_IMPORTS = {}  # (file, its mtime and size, module) -> the names it imports: each file version parsed once
+
+
 def _imported(package_dir, dotted):
     """The fedsim modules (dotted names) one module imports, at any depth of its code (a lazy
-    import inside a function is code the job runs too)."""
+    import inside a function is code the job runs too). A file's parse is remembered per version
+    (path, mtime, size), so the entry sets of one workflow parse each module once; which of the
+    names are modules is checked every time."""
     path = _module_file(package_dir, dotted)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, dotted)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = _import_names(dotted, path)
+    return {m for m in _IMPORTS[key] if _module_file(package_dir, m)}
+
+
+def _import_names(dotted, path):
+    """Every dotted name under fedsim that a module's imports may name: `from X import a` names X
+    and X.a (a submodule, or only a name in X: the caller keeps those that are files)."""
     parts = dotted.split(".") if dotted else []
     package = parts if path.name == "__init__.py" else parts[:-1]
     found = set()
@@ -180,8 +195,8 @@ def _imported(package_dir, dotted):
         else:
             continue
         found.add(".".join(base))
-        found |= {".".join([*base, a.name]) for a in node.names if _module_file(package_dir, ".".join([*base, a.name]))}
-    return {m for m in found if _module_file(package_dir, m)}
+        found |= {".".join([*base, a.name]) for a in node.names}
+    return frozenset(found)
 
 
 def package_code(package_dir, *entries):
