@@ -67,7 +67,7 @@ def copy_workflow(dest, with_src=False):
     for folder in ("workflow", "config"):
         shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     if with_src:
-        # Only so that the rules' code inputs exist in the copy; the jobs still import the
+        # Only so that the rules' code fingerprints have code to hash; the jobs still import the
         # package from the repository's src/ (PYTHONPATH).
         shutil.copytree(SRC, dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
     return dest
@@ -492,9 +492,14 @@ def test_changing_a_method_setting_reruns_its_runs(tiny_run, tmp_path):
 
 def test_code_changes_rerun_what_they_touch(tiny_run):
     code_dir = tiny_run / "src" / "fedsim"
-    # a new mtime without a new content reruns nothing (Snakemake compares checksums)
+    # a new mtime without a new content reruns nothing (the fingerprints hash the content)
     for path in code_dir.rglob("*.py"):
         path.touch()
+    code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
+    assert code == 0 and "Nothing to be done" in out, out
+    # nor do fingerprints rewritten with the same content (results/code/ deleted): newer than the
+    # outputs, but Snakemake compares them with the checksums it recorded
+    shutil.rmtree(tiny_run / "results" / "code")
     code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
     assert code == 0 and "Nothing to be done" in out, out
     # editing FedDANE's file reruns the FedDANE runs only (and what depends on them)
@@ -528,7 +533,11 @@ def test_what_a_job_depends_on_follows_the_imports(tiny_run):
         assert feddane.read_text() != original
         code, out = snakemake(tiny_run, "--dry-run", "--cores", "1")
         assert code == 0, out
-        assert "src/fedsim/extra.py" in out
+        # FedDANE's code fingerprint now lists the module, and the runs rerun because it changed
+        fingerprints = tiny_run / "results" / "code"
+        assert "src/fedsim/extra.py" in (fingerprints / "train+methods.feddane.txt").read_text()
+        assert "src/fedsim/extra.py" not in (fingerprints / "train+methods.fedavg.txt").read_text()
+        assert "results/code/train+methods.feddane.txt" in out
         assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
     finally:
         feddane.write_text(original)

@@ -1,5 +1,6 @@
 """The workflow's jobs as fedsim commands: their arguments and resources, from the config, and
-the package code each one runs (so that an edit reruns exactly the jobs whose code changed).
+the package code each one runs with its fingerprint (so that an edit reruns exactly the jobs whose
+code changed).
 
 Pure functions of the config (as fedsim.configcheck leaves it) and of a job's wildcards; no torch,
 no Snakemake. workflow/rules/common.smk binds them to its config; a rule's params are these
@@ -9,6 +10,7 @@ strings, so changing a setting reruns exactly the jobs whose command it changes.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import shlex
@@ -160,10 +162,25 @@ def _module_file(package_dir, dotted):
     return next((path for path in candidates if path.is_file()), None)
 
 
+_IMPORTS = {}  # (file, its mtime and size, module) -> the names it imports: each file version parsed once
+
+
 def _imported(package_dir, dotted):
     """The fedsim modules (dotted names) one module imports, at any depth of its code (a lazy
-    import inside a function is code the job runs too)."""
+    import inside a function is code the job runs too). A file's parse is remembered per version
+    (path, mtime, size), so the entry sets of one workflow parse each module once; which of the
+    names are modules is checked every time."""
     path = _module_file(package_dir, dotted)
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, dotted)
+    if key not in _IMPORTS:
+        _IMPORTS[key] = _import_names(dotted, path)
+    return {m for m in _IMPORTS[key] if _module_file(package_dir, m)}
+
+
+def _import_names(dotted, path):
+    """Every dotted name under fedsim that a module's imports may name: `from X import a` names X
+    and X.a (a submodule, or only a name in X: the caller keeps those that are files)."""
     parts = dotted.split(".") if dotted else []
     package = parts if path.name == "__init__.py" else parts[:-1]
     found = set()
@@ -178,8 +195,8 @@ def _imported(package_dir, dotted):
         else:
             continue
         found.add(".".join(base))
-        found |= {".".join([*base, a.name]) for a in node.names if _module_file(package_dir, ".".join([*base, a.name]))}
-    return {m for m in found if _module_file(package_dir, m)}
+        found |= {".".join([*base, a.name]) for a in node.names}
+    return frozenset(found)
 
 
 def package_code(package_dir, *entries):
@@ -201,3 +218,35 @@ def package_code(package_dir, *entries):
         todo += [".".join(parts[:i]) for i in range(len(parts))]  # its packages' __init__ run first
         todo += sorted(_imported(package_dir, dotted))
     return sorted(os.path.relpath(_module_file(package_dir, m)) for m in seen)  # relative to the cwd
+
+
+def fingerprint_name(*entries) -> str:
+    """The name of the fingerprint of the code that runs the modules `entries`: the entries
+    joined by '+', e.g. train+methods.feddane."""
+    return "+".join(entries)
+
+
+def fingerprint_text(files) -> str:
+    """One line per source file, `<sha256 of its content>  <path>` (sha256sum's format, so
+    `sha256sum -c` checks it), in the order given."""
+    return "".join(f"{hashlib.sha256(Path(path).read_bytes()).hexdigest()}  {path}\n" for path in files)
+
+
+def code_fingerprint(package_dir, out_dir, *entries) -> list[str]:
+    """The code a job running `entries` executes (package_code), as ONE input file:
+    <out_dir>/<fingerprint_name>.txt listing each of those source files with the sha256 of its
+    content. Rewritten (atomically) only when that text changes, so its modification time moves
+    exactly when the content of some of that code does: a checkout that only touches files
+    reruns nothing, and Snakemake stats one file per job instead of every source file.
+    [] where package_dir does not exist (the package installed elsewhere), like package_code."""
+    files = package_code(package_dir, *entries)
+    if not files:
+        return []
+    path = Path(out_dir, f"{fingerprint_name(*entries)}.txt")
+    text = fingerprint_text(files)
+    if not path.is_file() or path.read_text() != text:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process: jobs may parse at once
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    return [str(path)]

@@ -5,7 +5,7 @@ import csv
 import os
 import re
 import sys
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
@@ -118,6 +118,11 @@ def benchmark_path(rule, stem):
     return results("benchmarks", rule, f"{stem}.tsv")
 
 
+def code_dir():
+    """<results_dir>/code/: the fingerprints of the code the jobs run (see code_fingerprint)."""
+    return results("code")
+
+
 SHARED_LOG_RULES = ("download",)  # their files (raw_dir) serve every results_dir
 
 
@@ -130,17 +135,34 @@ def log_path(rule_name, stem):
 
 
 # ---------------------------------------------------------------------------------------
-# Package code the jobs depend on. Snakemake compares the checksums of small inputs, so
-# an edit reruns the jobs whose code changed and a mere mtime change (checkout) does not.
+# Package code the jobs depend on: ONE fingerprint file per set of entry modules,
+# <results_dir>/code/<entries joined by +>.txt, listing each source file the job runs with the
+# sha256 of its content (fedsim.jobs.code_fingerprint). It is rewritten only when that text
+# changes, so an edit reruns the jobs whose code changed, a mere mtime change (checkout) does
+# not, and the scheduler stats one file per job instead of every source file.
 # ---------------------------------------------------------------------------------------
 
-package_code = partial(jobs.package_code, Path(workflow.basedir, "src", "fedsim"))
+
+@cache
+def _fingerprint(*entries):
+    return tuple(jobs.code_fingerprint(Path(workflow.basedir, "src", "fedsim"), code_dir(), *entries))
+
+
+def code_fingerprint(*entries):
+    """A rule's `code` input: the fingerprint of the code that runs the modules `entries` (one
+    path, or none where this checkout has no src/), computed and written once per entry set and
+    process (the imports walked once per method, not once per job)."""
+    return list(_fingerprint(*entries))
 
 
 def train_code(method):
     """Code of one method's training runs: train.py's imports and the method's own module with
     those it builds on (fedsim.methods.USES); another method's file is not among them."""
-    return package_code("train", *(f"methods.{m}" for m in USES[ENTRIES[method].method.name]))
+    return code_fingerprint("train", *(f"methods.{m}" for m in sorted(USES[ENTRIES[method].method.name])))
+
+
+for _method in METHODS:  # every method's fingerprint now, before the DAG looks at any file
+    train_code(_method)
 
 
 # ---------------------------------------------------------------------------------------

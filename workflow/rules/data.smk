@@ -4,7 +4,7 @@
 rule generate_synthetic:
     """Generate one synthetic dataset of the FedProx paper (IID or (alpha, beta))."""
     input:
-        code=package_code("synthetic"),
+        code=code_fingerprint("synthetic"),
     output:
         dataset_path(),
     params:
@@ -30,7 +30,7 @@ rule import_json:
     """Import a dataset given as LEAF-format JSON (the authors' released data/ folders)."""
     input:
         unpack(lambda wildcards: json_inputs(wildcards.dataset)),
-        code=package_code("leaf.leafjson"),
+        code=code_fingerprint("leaf.leafjson"),
     output:
         dataset_path(),
     params:

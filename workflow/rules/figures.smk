@@ -9,7 +9,7 @@ rule figure:
         tuned=summary_path("tuned_mu.csv"),
         runs=infos_of(figure_runs),
         metrics=metrics_of(figure_runs),
-        code=package_code("figures"),
+        code=code_fingerprint("figures"),
     output:
         pdf=figure_path(),
         png=report(
@@ -53,7 +53,7 @@ rule tuning_figure:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
         tuned=summary_path("tuned_mu.csv"),
-        code=package_code("figures"),
+        code=code_fingerprint("figures"),
     output:
         pdf=figure_path("tuning"),
         png=report(
@@ -85,7 +85,7 @@ rule theory_figure:
     input:
         runs=infos_of(theory_runs),
         metrics=metrics_of(theory_runs),
-        code=package_code("figures"),
+        code=code_fingerprint("figures"),
     output:
         pdf=figure_path(),
         png=report(

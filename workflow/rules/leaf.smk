@@ -33,7 +33,7 @@ rule prepare_shakespeare:
     """LEAF's Shakespeare from the Gutenberg e-book, then LEAF's non-IID sampling."""
     input:
         raw=lambda wildcards: leaf_raw_inputs(wildcards.dataset),
-        code=package_code("leaf.shakespeare"),
+        code=code_fingerprint("leaf.shakespeare"),
     output:
         dataset_path(),
     params:
@@ -60,7 +60,7 @@ rule prepare_femnist:
     NIST's by_class.zip."""
     input:
         raw=lambda wildcards: leaf_raw_inputs(wildcards.dataset),
-        code=package_code("leaf.femnist"),
+        code=code_fingerprint("leaf.femnist"),
     output:
         dataset_path(),
     params:
@@ -89,7 +89,7 @@ rule prepare_sent140:
     input:
         raw=lambda wildcards: raw_path("sent140"),
         glove=lambda wildcards: raw_path("glove"),
-        code=package_code("leaf.sent140"),
+        code=code_fingerprint("leaf.sent140"),
     output:
         dataset_path(),
     params:
@@ -115,7 +115,7 @@ rule datasets_table:
     """results/summary/datasets.csv: devices and samples per device of every dataset."""
     input:
         datasets=[dataset_path(name) for name in used_datasets()],
-        code=package_code("leaf.stats"),
+        code=code_fingerprint("leaf.stats"),
     output:
         summary_path("datasets.csv"),
     conda:

@@ -7,7 +7,7 @@ checkpoint tune:
     input:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
-        code=package_code("summary"),
+        code=code_fingerprint("summary"),
     output:
         report(
             summary_path("tuned_mu.csv"),
@@ -39,7 +39,7 @@ rule summarise:
         known=info_paths(all_runs()),
         runs=infos_of(summary_runs),
         metrics=metrics_of(summary_runs),
-        code=package_code("summary"),
+        code=code_fingerprint("summary"),
     output:
         report(
             summary_path("runs.csv"),
@@ -69,7 +69,7 @@ rule findings:
         tuned=summary_path("tuned_mu.csv"),
         runs=infos_of(figure_runs),
         metrics=metrics_of(figure_runs),
-        code=package_code("summary"),
+        code=code_fingerprint("summary"),
     output:
         report(
             summary_path("findings_{experiment}.csv"),

@@ -1,0 +1,65 @@
+"""fedsim.jobs' code fingerprints: one file per entry set, listing the code a job runs with the
+sha256 of each file, rewritten only when that content changes (torch-free, Snakemake-free)."""
+
+import hashlib
+import os
+from pathlib import Path
+
+from fedsim import jobs
+
+
+def make_package(root):
+    pkg = root / "src" / "pkg"
+    (pkg / "methods").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "engine.py").write_text("X = 1\n")
+    (pkg / "unused.py").write_text("Y = 2\n")
+    (pkg / "train.py").write_text("from .engine import X\n")
+    (pkg / "methods" / "__init__.py").write_text("")
+    (pkg / "methods" / "a.py").write_text("def f():\n    from ..engine import X\n")
+    return pkg
+
+
+def test_fingerprint_lists_the_code_with_its_hashes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pkg = make_package(tmp_path)
+    [path] = jobs.code_fingerprint(pkg, "out/code", "train", "methods.a")
+    assert path == os.path.join("out/code", "train+methods.a.txt")
+    files = jobs.package_code(pkg, "train", "methods.a")
+    assert "src/pkg/unused.py" not in files and "src/pkg/methods/a.py" in files
+    lines = Path(path).read_text().splitlines()
+    assert lines == [f"{hashlib.sha256(Path(f).read_bytes()).hexdigest()}  {f}" for f in files]
+
+
+def test_fingerprint_is_rewritten_only_when_the_code_changes(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    pkg = make_package(tmp_path)
+    [path] = jobs.code_fingerprint(pkg, "code", "train")
+    os.utime(path, (1, 1))
+    for file in pkg.rglob("*.py"):
+        file.touch()  # a checkout: new mtimes, same content
+    (pkg / "unused.py").write_text("Y = 3\n")  # code the job does not run
+    jobs.code_fingerprint(pkg, "code", "train")
+    assert os.stat(path).st_mtime == 1
+    (pkg / "engine.py").write_text("X = 2\n")
+    jobs.code_fingerprint(pkg, "code", "train")
+    assert os.stat(path).st_mtime > 1
+    assert hashlib.sha256(b"X = 2\n").hexdigest() in Path(path).read_text()
+    assert not list(Path("code").glob("*.tmp"))
+
+
+def test_no_package_no_fingerprint(tmp_path):
+    assert jobs.code_fingerprint(tmp_path / "missing", tmp_path / "code", "train") == []
+    assert not (tmp_path / "code").exists()
+
+
+def test_a_module_created_later_joins_the_code_of_its_importers(tmp_path, monkeypatch):
+    """Parses are remembered per file version, but whether a name is a module is checked anew."""
+    monkeypatch.chdir(tmp_path)
+    pkg = make_package(tmp_path)
+    (pkg / "methods" / "a.py").write_text("from .. import extra\n")
+    assert "src/pkg/extra.py" not in jobs.package_code(pkg, "methods.a")
+    (pkg / "extra.py").write_text("Z = 1\n")
+    assert "src/pkg/extra.py" in jobs.package_code(pkg, "methods.a")
+    (pkg / "extra.py").write_text("from .engine import X\n")  # its own imports follow its edits
+    assert "src/pkg/engine.py" in jobs.package_code(pkg, "methods.a")
