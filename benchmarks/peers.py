@@ -49,20 +49,7 @@ from fedsim.engine import SGDSettings, local_sgd_auto, local_steps  # noqa: E402
 from fedsim.methods import RoundContext, get_method  # noqa: E402
 from fedsim.synthetic import write_synthetic  # noqa: E402
 from fedsim.train import RunConfig, RunData, round_devices  # noqa: E402
-
-
-def best_of(repeats: int, fns: dict, cold: tuple = ()) -> dict:
-    """Best time of each fn in `fns`, the fns taking turns within each of `repeats` rounds; each
-    timed call right after an untimed one of the same fn (warm caches), except those in `cold`."""
-    times = {name: [] for name in fns}
-    for _ in range(repeats):
-        for name, fn in fns.items():
-            if name not in cold:
-                fn()
-            start = time.perf_counter()
-            fn()
-            times[name].append(time.perf_counter() - start)
-    return {name: min(values) for name, values in times.items()}
+from round_time import best_of  # noqa: E402  (benchmarks/ is the script's folder: on sys.path)
 
 
 def linear_from(params: torch.Tensor) -> nn.Linear:
