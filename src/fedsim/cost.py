@@ -30,6 +30,7 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
@@ -106,22 +107,11 @@ def table_sizes(kind: str, devices: int | None = None, train_fraction: float = D
     sigma2 = math.log1p((sd / mean) ** 2)
     mu = math.log(mean) - sigma2 / 2
     q = (np.arange(n) + 0.5) / n
-    z = np.sqrt(2) * np.array([_erfinv(2 * p - 1) for p in q])
+    z = np.array([NormalDist().inv_cdf(p) for p in q])
     total = np.maximum(2, np.round(np.exp(mu + math.sqrt(sigma2) * z))).astype(np.int64)
     train = np.maximum(1, np.round(total * train_fraction)).astype(np.int64)
     return Sizes(train, total - train, f"the paper's Table 1 (mean {mean:,}, stdev {sd:,} per device, lognormal "
                                        f"over {n} devices: an assumption until the file is built)")
-
-
-def _erfinv(y: float) -> float:
-    """Inverse error function (Newton on math.erf; |y| < 1)."""
-    x = 0.0
-    for _ in range(60):
-        step = (math.erf(x) - y) / (2 / math.sqrt(math.pi) * math.exp(-x * x))
-        x -= step
-        if abs(step) < 1e-12:
-            break
-    return x
 
 
 def file_sizes(path) -> Sizes:
