@@ -16,6 +16,7 @@ import os
 import shlex
 from pathlib import Path
 
+from . import atomic
 from .experiments import LEAF_KINDS, LSTM_KINDS, as_list, fmt, synthetic_settings, tag_rounds
 from .methods import ENTRIES, resolve
 
@@ -245,8 +246,5 @@ def code_fingerprint(package_dir, out_dir, *entries) -> list[str]:
     path = Path(out_dir, f"{fingerprint_name(*entries)}.txt")
     text = fingerprint_text(files)
     if not path.is_file() or path.read_text() != text:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")  # one per process: jobs may parse at once
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        atomic.write_text(path, text)  # a temporary file of its own: several processes may parse at once
     return [str(path)]
