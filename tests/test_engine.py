@@ -118,3 +118,39 @@ def test_batch_plan_keeps_its_random_stream(shape):
         expected[epoch, :size] = rng.permutation(size)
     np.testing.assert_array_equal(batch_plan(size, settings, round_=5, device=2),
                                   expected.reshape(-1, batch_size))
+
+
+def _torch_only(monkeypatch):
+    """Route metrics and gradients through torch (the reference) instead of the compiled kernel."""
+    from fedsim import metrics
+
+    monkeypatch.setattr(metrics, "kernel_fits", lambda *a: False)
+    monkeypatch.setattr(engine, "kernel_fits", lambda *a: False)
+
+
+@pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
+def test_compiled_evaluation_equals_torchs(monkeypatch, dtype, tolerance):
+    """Every metric of a round, ragged devices with an empty one, a model large enough that some
+    samples' logits differ by hundreds (the loss must stay finite where softmax underflows)."""
+    from fedsim.metrics import evaluate
+
+    model, train = tiny_clients(sizes=[*SIZES, 0], dtype=dtype)
+    _, test = tiny_clients(sizes=[3, 0, 5, 2, 9, 1, 4], seed=2, dtype=dtype)
+    params = 40 * tiny_params(model, dtype=dtype)
+    compiled = evaluate(model, params, train, test)
+    _torch_only(monkeypatch)
+    reference = evaluate(model, params, train, test)
+    assert 0 < compiled["train_acc"] < 1 and np.isfinite(compiled["train_loss"]) and compiled["train_loss"] > 10
+    for name, value in reference.items():
+        assert compiled[name] == pytest.approx(value, rel=tolerance, abs=tolerance), name
+
+
+def test_compiled_device_grads_equal_the_models(monkeypatch):
+    """FedDANE's local gradients: any devices, in the caller's order, of a Clients holding only some."""
+    model, clients = tiny_clients()
+    held = engine.Clients.from_arrays(*clients.subset([1, 3, 4])[:2], np.array([0, 7, 30, 125]), ids=[1, 3, 4])
+    params = tiny_params(model)
+    compiled = engine.device_grads(model, params, held, [4, 1])
+    _torch_only(monkeypatch)
+    torch.testing.assert_close(compiled, engine.device_grads(model, params, held, [4, 1]), rtol=0, atol=1e-12)
+    torch.testing.assert_close(compiled, model.device_grads(params, *clients.subset([4, 1])), rtol=0, atol=1e-12)

@@ -75,6 +75,13 @@ class Clients:
             raise KeyError(f"devices {sorted(set(devices.tolist()) - set(self.ids.tolist()))[:5]} not loaded")
         return pos
 
+    def kernel_inputs(self) -> tuple[np.ndarray, np.ndarray]:
+        """(x, y) as the compiled kernel reads them: x padded (once per Clients, then reused)."""
+        if self.kernel_x is None:
+            from . import kernel
+            self.kernel_x = kernel.padded(self.x.numpy())
+        return self.kernel_x, self.y.numpy()
+
     def subset(self, devices) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
         """The rows of `devices`, concatenated in that order, and their offsets."""
         pos = self.locate(devices)
@@ -223,10 +230,8 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     devices = np.asarray(devices, dtype=np.int64)
     rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
     correction = None if problem.correction is None else problem.correction.numpy()[order]
-    if clients.kernel_x is None:  # padded once per Clients: every round reuses it
-        clients.kernel_x = kernel.padded(clients.x.numpy())
-    out = kernel.local_sgd(clients.kernel_x, clients.y.numpy(), rows, first, steps, params.numpy(), correction,
-                           settings.lr, problem.mu)
+    out = kernel.local_sgd(*clients.kernel_inputs(), rows, first, steps, params.numpy(), correction, settings.lr,
+                           problem.mu)
     return torch.from_numpy(out[np.argsort(order)])
 
 
@@ -234,6 +239,28 @@ def local_sgd_auto(model, params, problem: LocalProblem, clients: Clients, devic
     """The kernel for MCLR on the CPU, the batched engine otherwise."""
     engine = local_sgd_kernel if kernel_fits(model, params) else local_sgd_batched
     return engine(model, params, problem, clients, devices, settings, round_)
+
+
+def device_grads(model, params, clients: Clients, devices) -> torch.Tensor:
+    """Full local gradients grad F_k(params) of `devices` (dataset indices), (devices, *params.shape):
+    the compiled kernel for MCLR on the CPU (no copy of their rows), the model's own otherwise."""
+    if kernel_fits(model, params):
+        return kernel_stats(params, clients, clients.locate(devices))[2]
+    return model.device_grads(params, *clients.subset(devices))
+
+
+def kernel_stats(params, clients: Clients, positions=None, with_grads: bool = True):
+    """(summed loss, correct count, mean gradient or None) of the held devices at `positions` (all by
+    default), MCLR on the CPU, in one compiled pass over their rows (fedsim.kernel.device_stats)."""
+    from . import kernel
+
+    positions = np.arange(len(clients.offsets) - 1) if positions is None else positions
+    starts, stops = clients.offsets[positions], clients.offsets[positions + 1]
+    loss, correct, sums = kernel.device_stats(*clients.kernel_inputs(), starts, stops, params.numpy(), with_grads)
+    if sums is None:
+        return loss, correct, None
+    counts = np.maximum(stops - starts, 1).astype(sums.dtype)
+    return loss, correct, torch.from_numpy(sums / counts[:, None, None])
 
 
 def kernel_fits(model, params) -> bool:

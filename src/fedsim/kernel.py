@@ -1,4 +1,5 @@
-"""MCLR local SGD compiled for one CPU core (numba): the CPU engine for MCLR datasets.
+"""MCLR local SGD compiled for one CPU core (numba): the CPU engine for MCLR datasets, and the
+per-device losses, accuracies and gradients that evaluation and FedDANE's correction term need.
 
 The batched torch engine spends most of a round in per-op overhead: ~17,000 small torch calls
 of tens of microseconds each against ~0.1 us of arithmetic, and most of its sequential steps
@@ -69,6 +70,64 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # 
                     v[c, d] -= lr * (grad[c, d] * scale + correction[k, c, d] + mu * (v[c, d] - v0[c, d]))
 
 
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
+def _device_stats(x, y, starts, stops, v, zero, loss, correct, grads):  # pragma: no cover (compiled)
+    # Device j owns rows starts[j]:stops[j]: its summed cross-entropy (accumulated in float64), its
+    # count of correct argmaxes (the first largest logit, as torch's argmax) and, when `grads` has a
+    # row per device, its summed gradient sum_i (softmax(x_i V^T) - onehot(y_i)) x_i, as V is laid out.
+    classes, features = v.shape
+    with_grads = grads.shape[0] > 0
+    p = np.empty(classes, dtype=v.dtype)
+    for j in range(starts.shape[0]):
+        if with_grads:
+            grads[j, :, :] = 0
+        total, hits = 0.0, 0
+        for r in range(starts[j], stops[j]):
+            xr = x[r]
+            best = 0
+            for c in range(classes):
+                acc = zero
+                vc = v[c]
+                for d in range(features):
+                    acc += xr[d] * vc[d]
+                p[c] = acc
+                if acc > p[best]:
+                    best = c
+            label = y[r]
+            top, picked, norm = p[best], p[label], zero
+            for c in range(classes):
+                p[c] = math.exp(p[c] - top)
+                norm += p[c]
+            total += math.log(norm) + (top - picked)  # log-sum-exp minus the label's logit, as torch
+            hits += best == label
+            if with_grads:
+                inverse = (zero + 1) / norm
+                for c in range(classes):
+                    p[c] *= inverse
+                p[label] -= 1
+                for c in range(classes):
+                    pc, gc = p[c], grads[j, c]
+                    for d in range(features):
+                        gc[d] += pc * xr[d]
+        loss[j], correct[j] = total, hits
+
+
+def device_stats(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray, w: np.ndarray,
+                 with_grads: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Per device (rows starts[j]:stops[j] of x, as `padded` gives it) at weights w (features + 1,
+    classes): the summed cross-entropy (float64), the count of correct predictions and, with
+    `with_grads`, the summed loss gradient (devices, features + 1, classes), in w's dtype."""
+    features, classes = w.shape
+    v = np.zeros((classes, x.shape[1]), dtype=w.dtype)
+    v[:, :features] = w.T
+    devices = len(starts)
+    loss, correct = np.empty(devices), np.empty(devices, dtype=np.int64)
+    grads = np.empty((devices if with_grads else 0, classes, x.shape[1]), dtype=w.dtype)
+    _device_stats(x, y, np.asarray(starts, np.int64), np.asarray(stops, np.int64), v, w.dtype.type(0), loss, correct,
+                  grads)
+    return loss, correct, (grads[:, :, :features].transpose(0, 2, 1) if with_grads else None)
+
+
 def warm_up() -> None:
     """Compile (or load from the cache) the float32 and float64 versions now: a process that forks
     jobs (fedsim.warm) then hands them compiled code."""
@@ -76,6 +135,7 @@ def warm_up() -> None:
         x = padded(np.zeros((3, 2), dtype))
         local_sgd(x, np.zeros(3, np.int64), np.array([[0, 2]]), np.array([0]), np.array([1]), np.zeros((2, 2), dtype),
                   None, 0.1, 0.0)
+        device_stats(x, np.zeros(3, np.int64), np.array([0]), np.array([2]), np.zeros((2, 2), dtype))
 
 
 LANES = 16  # feature rows padded to a multiple of this: whole vectors, no remainder loop (1.4x)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .engine import Clients
+from .engine import Clients, kernel_fits, kernel_stats
 
 COLUMNS = ["train_loss", "train_acc", "test_loss", "test_acc", "grad_dissimilarity", "b_dissimilarity"]
 
@@ -27,12 +27,22 @@ def _loss_and_accuracy(logits: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
     return F.cross_entropy(logits, y, reduction="sum").item() / n, (logits.argmax(-1) == y).sum().item() / n
 
 
+def _mean_stats(stats, rows: int) -> tuple[float, float]:
+    loss, correct, _ = stats
+    return float(loss.sum()) / max(rows, 1), int(correct.sum()) / max(rows, 1)
+
+
 def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict[str, float]:
     x, y = train.x[:-1], train.y[:-1]  # drop the padding row
     if hasattr(model, "stats"):  # the LSTMs: chunked (bounded memory), their own loss and accuracy
         (train_loss, train_acc), (test_loss, test_acc) = model.stats(params, x, y), \
             model.stats(params, test.x[:-1], test.y[:-1])
         grads = model.device_grads(params, x, y, train.offsets)  # approximate: see fedsim.lstm
+    elif kernel_fits(model, params):  # MCLR on the CPU: one compiled pass per split
+        train_stats, test_stats = kernel_stats(params, train), kernel_stats(params, test, with_grads=False)
+        train_loss, train_acc = _mean_stats(train_stats, len(y))
+        test_loss, test_acc = _mean_stats(test_stats, len(test.y) - 1)
+        grads = train_stats[2].flatten(1)
     else:
         logits = model.logits(params, x)  # shared by the training loss and the local gradients
         train_loss, train_acc = _loss_and_accuracy(logits, y)

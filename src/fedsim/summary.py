@@ -21,7 +21,7 @@ SETTING_COLUMNS = setting_columns()
 # what a record written before a setting existed ran with: the setting's default
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
 RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",
-                  "rounds_completed", "wall_seconds"]
+                  "rounds_completed", "wall_seconds", "local_sgd_seconds", "evaluation_seconds"]
 # the curves oscillate: what a run reached is better read as a mean over its last rounds
 TAIL_COLUMNS = ["tail_train_loss", "tail_test_acc"]
 TAIL_FRACTION = 0.1  # the tuning criterion's default fraction of rounds
@@ -55,7 +55,7 @@ def options_text(config: dict) -> str:
 def _run_row(info_path, fraction: float) -> dict:
     metrics, record = read_run(info_path)
     row = run_settings(record)
-    row.update({c: record["result"][c] for c in RESULT_COLUMNS})
+    row.update({c: record["result"].get(c) for c in RESULT_COLUMNS})  # a record from before a column: empty
     rounds = record["config"]["rounds"]
     row["tail_train_loss"] = tail_loss(metrics, rounds, fraction)
     row["tail_test_acc"] = tail_mean(metrics, rounds, fraction, "test_acc")
