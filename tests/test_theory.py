@@ -40,13 +40,22 @@ def test_power_iteration_finds_the_largest_hessian_eigenvalue():
 def test_inexactness_is_zero_at_the_exact_solution_and_one_when_nothing_moved():
     model, clients, params, _, _ = pooled()
     x, y, _ = clients.subset([4])
-    correction = torch.zeros(1, *params.shape, dtype=params.dtype)
-    assert theory.inexactness(model, params, params.unsqueeze(0), 0.5, correction, [(x, y)]) == pytest.approx(1.0)
-    # the minimiser of F_k + mu/2 ||w - w0||^2, by many full-batch gradient steps
+    correction = 0.1 * torch.ones(1, *params.shape, dtype=params.dtype)
+
+    def gamma(w):
+        return theory.inexactness(params, w.unsqueeze(0), 0.5, correction, grad(params), grad(w))
+
+    def grad(w):
+        return model.device_grads(w, x, y, np.array([0, len(y)]))
+
+    assert gamma(params) == pytest.approx(1.0)
+    # the minimiser of F_k + <c_k, w - w0> + mu/2 ||w - w0||^2, by many full-batch gradient steps
     w = params.clone()
     for _ in range(3000):
-        w -= 0.5 * (theory._grad(model, w, x, y) + 0.5 * (w - params))
-    assert theory.inexactness(model, params, w.unsqueeze(0), 0.5, correction, [(x, y)]) < 1e-6
+        w -= 0.5 * (grad(w)[0] + correction[0] + 0.5 * (w - params))
+    assert gamma(w) < 1e-6
+    halfway = params + 0.5 * (w - params)
+    assert 0.1 < gamma(halfway) < 0.9
 
 
 def test_rho_by_hand():

@@ -38,12 +38,12 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # 
         v[:, :] = v0
         for step in range(steps[k]):
             grad[:, :] = zero
-            count, base = 0, first[k] + step
+            count, base = zero, first[k] + step  # in the weights' dtype: no float64 detour below
             for b in range(batch):
                 r = rows[base, b]
                 if r == sentinel:  # a padding slot
                     continue
-                count += 1
+                count += one
                 xr = x[r]
                 for c in range(classes):
                     acc = zero
@@ -64,7 +64,7 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # 
                     pc, gc = p[c], grad[c]
                     for d in range(features):
                         gc[d] += pc * xr[d]
-            scale = one / (zero + max(count, 1))
+            scale = one / max(count, one)
             for c in range(classes):
                 for d in range(features):
                     v[c, d] -= lr * (grad[c, d] * scale + correction[k, c, d] + mu * (v[c, d] - v0[c, d]))

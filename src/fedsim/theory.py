@@ -31,21 +31,27 @@ POWER_TOLERANCE = 1e-6  # relative change of the eigenvalue estimate at which th
 def hessian_vector(x: torch.Tensor, probabilities: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """H v for the mean softmax cross-entropy at the model whose softmax outputs on the rows x are
     `probabilities`; v and the result have the parameters' shape (features + 1, classes)."""
-    z = x @ v
-    pz = probabilities * z
-    return x.T @ (pz - probabilities * pz.sum(1, keepdim=True)) / len(x)
+    return _hessian_vector_t(x, probabilities.mT.contiguous(), v)
+
+
+def _hessian_vector_t(x: torch.Tensor, probabilities_t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # Class-major (classes, rows) throughout: both products with the long side last, (V^T X^T) and
+    # R^T X, and the elementwise ops on contiguous rows: 2-4x faster than X V, X^T R on a few
+    # thousand rows with MKL (measured; as MCLR.logits).
+    pz = probabilities_t * (v.mT @ x.mT)
+    return (pz - probabilities_t * pz.sum(0)).matmul(x).mT / len(x)
 
 
 def hessian_max(model, params: torch.Tensor, x: torch.Tensor, start: torch.Tensor | None = None):
     """(largest Hessian eigenvalue of the mean loss over the rows x at params, its eigenvector).
     The Hessian is positive semi-definite here, so plain power iteration finds the top of its
     spectrum; `start` (the last round's vector) makes it converge in a few steps."""
-    probabilities = torch.softmax(model.logits(params, x), dim=-1)
+    probabilities_t = torch.softmax(model.logits(params, x), dim=-1).mT.contiguous()
     v = torch.ones_like(params) if start is None or not start.any() else start.clone()
     v /= v.norm()
     value = 0.0
     for _ in range(POWER_ITERATIONS):
-        hv = hessian_vector(x, probabilities, v)
+        hv = _hessian_vector_t(x, probabilities_t, v)
         new = float((v * hv).sum())  # the Rayleigh quotient: converges twice as fast as ||Hv||
         norm = hv.norm()
         if norm == 0:
@@ -57,20 +63,16 @@ def hessian_max(model, params: torch.Tensor, x: torch.Tensor, start: torch.Tenso
     return value, v
 
 
-def inexactness(model, w0: torch.Tensor, local_models: torch.Tensor, mu: float, correction, solver_data) -> float:
-    """Mean over the solvers of ||grad P_k(w_k)|| / ||grad P_k(w0)||; `solver_data` gives each
-    solver's (x, y) rows in the order of local_models, `correction` its c_k (or None)."""
-    ratios = []
-    for j, (x, y) in enumerate(solver_data):
-        c = 0 if correction is None else correction[j]
-        at_start = _grad(model, w0, x, y) + c
-        at_end = _grad(model, local_models[j], x, y) + c + mu * (local_models[j] - w0)
-        ratios.append(float(at_end.norm() / at_start.norm()) if at_start.norm() > 0 else math.nan)
-    return sum(ratios) / len(ratios)
-
-
-def _grad(model, params, x, y):
-    return model.device_grads(params, x, y, torch.tensor([0, len(y)]).numpy())[0]
+def inexactness(w0: torch.Tensor, local_models: torch.Tensor, mu: float, correction, grads_at_start: torch.Tensor,
+                grads_at_end: torch.Tensor) -> float:
+    """Mean over the solvers of ||grad P_k(w_k)|| / ||grad P_k(w0)||, from each solver's local
+    gradient grad F_k at w0 and at its solution w_k (rows in the order of local_models) and its
+    c_k (`correction`, or None)."""
+    c = 0 if correction is None else correction
+    at_start = (grads_at_start + c).flatten(1).norm(dim=1)
+    at_end = (grads_at_end + c + mu * (local_models - w0)).flatten(1).norm(dim=1)
+    ratios = torch.where(at_start > 0, at_end / at_start, math.nan)
+    return float(ratios.mean())
 
 
 def rho(mu: float, gamma: float, lipschitz: float, b_squared: float) -> float:

@@ -369,12 +369,13 @@ def measure_theory(model, params, problem, local_models, train: Clients, solvers
     resumed run must end bit-identical)."""
     from . import theory
 
-    x, y = eval_train.x[:-1], eval_train.y[:-1]
-    lipschitz, vector = theory.hessian_max(model, params, x, start)
-    gamma = theory.inexactness(model, params, local_models, problem.mu, problem.correction,
-                               [train.subset([k])[:2] for k in solvers])
+    lipschitz, vector = theory.hessian_max(model, params, eval_train.x[:-1], start)
+    at_end = torch.cat([device_grads(model, w, train, [k]) for w, k in zip(local_models, solvers)])
+    gamma = theory.inexactness(params, local_models, problem.mu, problem.correction,
+                               device_grads(model, params, train, solvers), at_end)
     sizes = eval_train.sizes
-    grads = model.device_grads(params, x, y, eval_train.offsets).flatten(1)
+    every = np.arange(len(sizes)) if eval_train.ids is None else eval_train.ids
+    grads = device_grads(model, params, eval_train, every).flatten(1)
     grad_f = torch.from_numpy(sizes / sizes.sum()).to(grads) @ grads
     constants = {"hessian_max": lipschitz, "inexactness": gamma, "grad_norm_sq": float(grad_f.square().sum()),
                  "rho": theory.rho(problem.mu, gamma, lipschitz, row["b_dissimilarity"])}
