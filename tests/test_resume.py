@@ -189,3 +189,13 @@ def test_a_run_logging_the_theory_resumes_bit_identical(data, tmp_path):
     torch.save(saved, checkpoint.path)
     resumed, record = metrics_bytes(cfg, tmp_path / "x", checkpoint)
     assert record["result"]["resumed_from_round"] == 35 and resumed == reference
+
+
+def test_a_run_shorter_than_the_checkpoint_interval_never_saves(data, tmp_path, monkeypatch):
+    """Saving costs a few ms per round; `seconds` spares short runs, at the rounds `every` names."""
+    saved = []
+    monkeypatch.setattr(Checkpoint, "save", lambda self, config, round_, *rest: saved.append(round_))
+    run(config(data, rounds=12), checkpoint=Checkpoint(tmp_path / "ckpt.pt", every=2, seconds=3600))
+    assert saved == []
+    run(config(data, rounds=12), checkpoint=Checkpoint(tmp_path / "ckpt.pt", every=5))
+    assert saved == [5, 10]

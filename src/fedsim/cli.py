@@ -207,7 +207,8 @@ def _train(args) -> None:
     from .train import Checkpoint, run, write_run
 
     config = run_config(args)
-    checkpoint = Checkpoint(Path(args.checkpoint), args.checkpoint_every) if args.checkpoint else None
+    checkpoint = None if not args.checkpoint else \
+        Checkpoint(Path(args.checkpoint), args.checkpoint_every, args.checkpoint_seconds)
     metrics, record = run(config, checkpoint=checkpoint)
     write_run(metrics, record, args.metrics, args.info)
     if checkpoint is not None:
@@ -375,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_settings(p)
     p.add_argument("--checkpoint", help="state file to resume from after a kill (removed when the run completes)")
     p.add_argument("--checkpoint-every", type=COUNT, default=10, help="rounds between checkpoints (default: 10)")
+    p.add_argument("--checkpoint-seconds", type=NON_NEGATIVE, default=30.0,
+                   help="and at least this many seconds between them (default: 30; a run shorter than that "
+                        "never pays for a save)")
     p.add_argument("--metrics", required=True, help="output: per-round metrics CSV")
     p.add_argument("--info", required=True, help="output: the run's record (JSON)")
     p.set_defaults(func=_train)

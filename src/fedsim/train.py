@@ -180,7 +180,7 @@ class RunData:
                 "eval_devices": len(self.eval_ids) if sampled else self.dataset.num_devices}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Checkpoint:
     """Where and how often a run saves its state, to continue after a kill.
 
@@ -194,6 +194,12 @@ class Checkpoint:
 
     path: Path
     every: int = 10
+    seconds: float = 0.0  # and at least this long after the run started or last saved
+    _last: float = dataclasses.field(default_factory=time.monotonic, init=False, repr=False)
+
+    def due(self, round_: int, start: int) -> bool:
+        """Whether to save before round `round_` of a run that started (or resumed) at `start`."""
+        return round_ > start and round_ % self.every == 0 and time.monotonic() - self._last >= self.seconds
 
     def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict],
              state: dict[str, torch.Tensor]) -> None:
@@ -201,6 +207,7 @@ class Checkpoint:
                  "state": {k: v.cpu() for k, v in state.items()}}
         with atomic_path(self.path) as tmp:
             torch.save(saved, tmp)
+        self._last = time.monotonic()
 
     def load(self, config: RunConfig, params: torch.Tensor, state: dict[str, torch.Tensor]):
         """(round, params, rows, state) saved for these settings, or None to start from round 0;
@@ -322,7 +329,7 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint, clock: dict) 
         start, params, rows, state = saved
         state = {k: v if k == "epochs_done" else v.to(params.device) for k, v in state.items()}
     for t in range(start, config.rounds + 1):
-        if checkpoint is not None and t > start and t % checkpoint.every == 0:
+        if checkpoint is not None and checkpoint.due(t, start):
             checkpoint.save(config, t, params, rows, state)
         started = time.perf_counter()
         rows.append({"round": t, "communication_rounds": t * method.exchanges,
