@@ -5,7 +5,11 @@
 
 from snakemake.utils import min_version
 
+from fedsim import rescheduling
+
 min_version("8.20")
+# Snakemake starts one more scheduler timer per finished job; keep one (fedsim/rescheduling.py).
+rescheduling.install()
 
 
 include: "workflow/rules/yaml_files.smk"
