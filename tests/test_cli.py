@@ -102,6 +102,7 @@ def test_outputs_in_missing_folders_are_created_alike(tmp_path):
 TRAIN_FLAGS = ["--data", "--method", "--option", "--mu", "--clients-per-round", "--epochs", "--batch-size", "--lr",
                "--rounds", "--seed", "--selection", "--second-subset", "--rng", "--init", "--engine", "--device",
                "--threads", "--dtype", "--theory", "--load", "--eval-devices", "--checkpoint", "--checkpoint-every",
+               "--checkpoint-seconds",
                "--metrics", "--info"]
 
 

@@ -154,3 +154,19 @@ def test_compiled_device_grads_equal_the_models(monkeypatch):
     _torch_only(monkeypatch)
     torch.testing.assert_close(compiled, engine.device_grads(model, params, held, [4, 1]), rtol=0, atol=1e-12)
     torch.testing.assert_close(compiled, model.device_grads(params, *clients.subset([4, 1])), rtol=0, atol=1e-12)
+
+
+def test_compiled_evaluation_of_a_diverged_model_reads_as_torchs(monkeypatch):
+    """A NaN logit: torch's argmax takes the first NaN, so the diverged round's accuracies agree too."""
+    from fedsim.metrics import evaluate
+
+    model, train = tiny_clients()
+    _, test = tiny_clients(sizes=[3, 5, 2, 9, 1, 4], seed=2)
+    params = tiny_params(model)
+    params[0, 1] = float("nan")  # class 1's logit is NaN for every sample with a nonzero first feature
+    compiled = evaluate(model, params, train, test)
+    _torch_only(monkeypatch)
+    reference = evaluate(model, params, train, test)
+    assert np.isnan(compiled["train_loss"]) and np.isnan(reference["train_loss"])
+    assert 0 < compiled["train_acc"] < 1
+    assert (compiled["train_acc"], compiled["test_acc"]) == (reference["train_acc"], reference["test_acc"])

@@ -1,29 +1,48 @@
-"""Snakemake's scheduler keeps one pending re-evaluation timer (fedsim.rescheduling)."""
+"""Snakemake's scheduler wakes itself for the job rate limit only while the limit holds jobs back
+(fedsim.rescheduling)."""
 
 import subprocess
 import sys
-import threading
-import time
 from types import SimpleNamespace
+
+import pytest
 
 from fedsim import rescheduling
 
 
-def test_the_installed_snakemake_has_the_timer_it_replaces():
-    """If a Snakemake release renames it, install() changes nothing: this says so."""
-    assert rescheduling.install()
+@pytest.fixture
+def patched(monkeypatch):
+    """install() on the real JobScheduler, its original method recorded instead of run; undone after."""
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    calls = []
+    monkeypatch.setattr(JobScheduler, "_schedule_reevalutation", lambda self, delay: calls.append(delay))
+    assert rescheduling.install()  # if a Snakemake release renames the method, this says so
+    return JobScheduler, calls
 
 
-def test_passes_share_one_pending_timer_and_the_pass_it_wakes_starts_the_next():
-    scheduler = SimpleNamespace(_open_jobs=threading.Semaphore(0))
-    before = threading.active_count()
-    for _ in range(50):  # fifty scheduling passes within one timespan
-        rescheduling._one_pending_timer(scheduler, 0.2)
-    assert threading.active_count() == before + 1 and scheduler._fedsim_reevaluation.daemon
-    assert scheduler._open_jobs.acquire(timeout=5)  # it woke the scheduler once...
-    assert not scheduler._open_jobs.acquire(timeout=0.5)  # ...and only once
-    rescheduling._one_pending_timer(scheduler, 0.05)  # the woken pass schedules the next one
-    assert scheduler._open_jobs.acquire(timeout=5)
+def fake_scheduler(free_slots, queue_input=False):
+    limiter = None if free_slots is None else SimpleNamespace(get_free_jobs=lambda: free_slots)
+    dag = SimpleNamespace(has_unfinished_queue_input_jobs=lambda: queue_input)
+    return SimpleNamespace(job_rate_limiter=limiter, workflow=SimpleNamespace(dag=dag))
+
+
+@pytest.mark.parametrize("free_slots, queue_input, wakes", [
+    (5, False, False),   # nothing waits on the limit: no timer (a finishing job wakes the scheduler)
+    (0, False, True),    # the limit holds jobs back: Snakemake's timer
+    (5, True, True),     # waiting for queue input: Snakemake's timer
+    (None, True, True),  # no limiter, queue input
+])
+def test_a_timer_only_while_something_waits_on_it(patched, free_slots, queue_input, wakes):
+    scheduler_class, calls = patched
+    scheduler_class._schedule_reevalutation(fake_scheduler(free_slots, queue_input), 1)
+    assert calls == ([1] if wakes else [])
+
+
+def test_another_snakemake_gets_its_own_behaviour(patched):
+    scheduler_class, calls = patched
+    scheduler_class._schedule_reevalutation(SimpleNamespace(), 1)  # nothing this module reads
+    assert calls == [1]
 
 
 SNAKEFILE = """
@@ -37,10 +56,11 @@ rule one:
 """
 
 
+@pytest.mark.workflow
 def test_the_job_rate_limit_still_holds(tmp_path):
+    """12 jobs at 3 per second start in four batches at least a second apart."""
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
-    started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "snakemake", "--cores", "4", "--max-jobs-per-timespan", "4/1s", "-q"],
+    subprocess.run([sys.executable, "-m", "snakemake", "--cores", "4", "--max-jobs-per-timespan", "3/1s", "-q"],
                    cwd=tmp_path, check=True, capture_output=True, timeout=120)
-    assert len(list((tmp_path / "out").iterdir())) == 12
-    assert time.monotonic() - started >= 2  # 12 jobs at 4 per second: at least two waits for the limit
+    written = sorted(path.stat().st_mtime for path in (tmp_path / "out").iterdir())
+    assert len(written) == 12 and written[-1] - written[0] >= 2.5

@@ -45,7 +45,7 @@ from fedsim.train import Checkpoint, RunConfig, run, write_run
 data, folder = sys.argv[1], Path(sys.argv[2])
 cfg = RunConfig(data=data, method="{method}", mu={mu}, clients_per_round=4, epochs=3, batch_size=5, lr=0.05,
                 rounds={rounds})
-checkpoint = Checkpoint(folder / "ckpt.pt", every=2)
+checkpoint = Checkpoint(folder / "ckpt.pt", every=2, seconds=0)
 metrics, record = run(cfg, checkpoint=checkpoint)
 write_run(metrics, record, folder / "metrics.csv", folder / "run.json")
 checkpoint.remove()
@@ -108,7 +108,7 @@ def test_corrupt_checkpoint_starts_over_with_a_warning(data, tmp_path, damage):
 
 
 def test_checkpoint_of_other_settings_is_ignored(data, tmp_path):
-    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=5)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=5, seconds=0)
     run(config(data, rounds=12, mu=1.0), checkpoint=checkpoint)  # leaves its round-10 state behind
     assert checkpoint.path.exists()
     reference, _ = metrics_bytes(config(data), tmp_path)
@@ -139,7 +139,7 @@ def test_authors_shuffle_state_survives_a_resume(data, tmp_path):
     them); a run resumed from a checkpoint ends bit-identical to one never interrupted."""
     authors = dict(rng="authors", second_subset="same", options={"correction": "authors"}, epochs=2)
     reference, _ = metrics_bytes(config(data, **authors), tmp_path)
-    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7, seconds=0)
     run(config(data, **authors, rounds=ROUNDS - 1), checkpoint=checkpoint)  # leaves round 35 behind
     saved = torch.load(checkpoint.path, weights_only=True)
     assert saved["round"] == 35 and int(saved["state"]["epochs_done"].sum()) == 35 * 4 * 2
@@ -161,7 +161,7 @@ def test_method_state_survives_a_resume_and_matters(data, tmp_path, method, mu):
     with the state zeroed, it ends elsewhere (so the state is really what carries it)."""
     cfg = config(data, method=method, mu=mu)
     reference, _ = metrics_bytes(cfg, tmp_path)
-    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7, seconds=0)
     run(config(data, method=method, mu=mu, rounds=ROUNDS - 1), checkpoint=checkpoint)  # leaves round 35 behind
     saved = torch.load(checkpoint.path, weights_only=True)
     assert saved["round"] == 35 and all(k.startswith("method.") for k in saved["state"])
@@ -180,7 +180,7 @@ def test_a_run_logging_the_theory_resumes_bit_identical(data, tmp_path):
     """--theory keeps the power iteration's warm start as run state: checkpointed with the rest."""
     cfg = config(data, theory=True)
     reference, _ = metrics_bytes(cfg, tmp_path)
-    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=7, seconds=0)
     run(config(data, theory=True, rounds=ROUNDS - 1), checkpoint=checkpoint)
     saved = torch.load(checkpoint.path, weights_only=True)
     assert saved["state"]["theory_vector"].any()
@@ -191,11 +191,22 @@ def test_a_run_logging_the_theory_resumes_bit_identical(data, tmp_path):
     assert record["result"]["resumed_from_round"] == 35 and resumed == reference
 
 
-def test_a_run_shorter_than_the_checkpoint_interval_never_saves(data, tmp_path, monkeypatch):
-    """Saving costs a few ms per round; `seconds` spares short runs, at the rounds `every` names."""
-    saved = []
-    monkeypatch.setattr(Checkpoint, "save", lambda self, config, round_, *rest: saved.append(round_))
-    run(config(data, rounds=12), checkpoint=Checkpoint(tmp_path / "ckpt.pt", every=2, seconds=3600))
+def test_a_checkpoint_waits_for_both_its_rounds_and_its_seconds(data, tmp_path, monkeypatch):
+    """Saves at the rounds `every` names once `seconds` have passed since the last save; a run
+    shorter than `seconds` writes none (a save costs a few ms per round of a 2-second run)."""
+    import fedsim.train
+
+    now, saved = [0.0], []
+    monkeypatch.setattr(fedsim.train.time, "monotonic", lambda: now[0])
+    real_save = Checkpoint.save
+    monkeypatch.setattr(Checkpoint, "save", lambda self, cfg, round_, *rest: (saved.append(round_),
+                                                                              real_save(self, cfg, round_, *rest)))
+
+    def tick(row):  # 4 s per round
+        now[0] += 4.0
+
+    run(config(data, rounds=12), on_round=tick, checkpoint=Checkpoint(tmp_path / "a.pt", every=2, seconds=10))
+    assert saved == [4, 8, 12]  # 16 s in at round 4; round 6 is 8 s after that save, round 8 16 s; ...
+    saved.clear()
+    run(config(data, rounds=12), on_round=tick, checkpoint=Checkpoint(tmp_path / "b.pt", every=2, seconds=3600))
     assert saved == []
-    run(config(data, rounds=12), checkpoint=Checkpoint(tmp_path / "ckpt.pt", every=5))
-    assert saved == [5, 10]

@@ -84,7 +84,7 @@ def test_all_devices_and_one_full_batch_step_is_gradient_descent_on_f(data):
 
 def test_devices_never_selected_keep_a_zero_control_and_the_state_is_checkpointed(data, tmp_path):
     config = RunConfig(data=data, method="scaffold", clients_per_round=2, epochs=2, batch_size=5, lr=0.05, rounds=4)
-    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1)
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1, seconds=0)
     run(config, checkpoint=checkpoint)  # leaves the state after rounds 0-3 behind (saved at the start of round 4)
     state = torch.load(checkpoint.path, weights_only=True)["state"]
     with FederatedDataset(data) as dataset:

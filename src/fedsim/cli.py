@@ -207,8 +207,8 @@ def _train(args) -> None:
     from .train import Checkpoint, run, write_run
 
     config = run_config(args)
-    checkpoint = None if not args.checkpoint else \
-        Checkpoint(Path(args.checkpoint), args.checkpoint_every, args.checkpoint_seconds)
+    checkpoint = (Checkpoint(Path(args.checkpoint), args.checkpoint_every, args.checkpoint_seconds)
+                  if args.checkpoint else None)
     metrics, record = run(config, checkpoint=checkpoint)
     write_run(metrics, record, args.metrics, args.info)
     if checkpoint is not None:
@@ -375,10 +375,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="run one federated training and write its metrics")
     _add_run_settings(p)
     p.add_argument("--checkpoint", help="state file to resume from after a kill (removed when the run completes)")
-    p.add_argument("--checkpoint-every", type=COUNT, default=10, help="rounds between checkpoints (default: 10)")
-    p.add_argument("--checkpoint-seconds", type=NON_NEGATIVE, default=30.0,
-                   help="and at least this many seconds between them (default: 30; a run shorter than that "
-                        "never pays for a save)")
+    p.add_argument("--checkpoint-every", type=COUNT, default=settings.CHECKPOINT_EVERY,
+                   help=f"rounds between checkpoints (default: {settings.CHECKPOINT_EVERY})")
+    p.add_argument("--checkpoint-seconds", type=NON_NEGATIVE, default=settings.CHECKPOINT_SECONDS,
+                   help=f"and at least this many seconds between them (default: {settings.CHECKPOINT_SECONDS:g}; "
+                        "a shorter run never pays for a save)")
     p.add_argument("--metrics", required=True, help="output: per-round metrics CSV")
     p.add_argument("--info", required=True, help="output: the run's record (JSON)")
     p.set_defaults(func=_train)

@@ -17,6 +17,9 @@ shuffle per device, round and epoch, so they agree to rounding):
 - `local_sgd_loop` is the plain per-device loop with autograd: the test oracle and the
   benchmark baseline.
 
+Whatever the engine, MCLR's full local gradients (FedDANE's correction, the metrics) come from
+one compiled pass on the CPU (`device_grads`, `kernel_stats`), the model's torch ops elsewhere.
+
 Devices are named by their index in the dataset everywhere (selection, shuffling seeds);
 a `Clients` may hold only some of them (`ids`), as when a round's devices are read from
 the file, and `Clients.locate` turns indices into its own positions.
@@ -247,6 +250,13 @@ def device_grads(model, params, clients: Clients, devices) -> torch.Tensor:
     if kernel_fits(model, params):
         return kernel_stats(params, clients, clients.locate(devices))[2]
     return model.device_grads(params, *clients.subset(devices))
+
+
+def all_device_grads(model, params, clients: Clients) -> torch.Tensor:
+    """grad F_k(params) of every device `clients` holds, in its order, (devices, *params.shape)."""
+    if kernel_fits(model, params):
+        return kernel_stats(params, clients)[2]
+    return model.device_grads(params, clients.x[:-1], clients.y[:-1], clients.offsets)
 
 
 def kernel_stats(params, clients: Clients, positions=None, with_grads: bool = True):

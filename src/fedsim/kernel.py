@@ -38,12 +38,12 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # 
         v[:, :] = v0
         for step in range(steps[k]):
             grad[:, :] = zero
-            count, base = zero, first[k] + step  # in the weights' dtype: no float64 detour below
+            count, base = 0, first[k] + step
             for b in range(batch):
                 r = rows[base, b]
                 if r == sentinel:  # a padding slot
                     continue
-                count += one
+                count += 1
                 xr = x[r]
                 for c in range(classes):
                     acc = zero
@@ -64,7 +64,7 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # 
                     pc, gc = p[c], grad[c]
                     for d in range(features):
                         gc[d] += pc * xr[d]
-            scale = one / max(count, one)
+            scale = one / (zero + max(count, 1))
             for c in range(classes):
                 for d in range(features):
                     v[c, d] -= lr * (grad[c, d] * scale + correction[k, c, d] + mu * (v[c, d] - v0[c, d]))
@@ -73,7 +73,7 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 def _device_stats(x, y, starts, stops, v, zero, loss, correct, grads):  # pragma: no cover (compiled)
     # Device j owns rows starts[j]:stops[j]: its summed cross-entropy (accumulated in float64), its
-    # count of correct argmaxes (the first largest logit, as torch's argmax) and, when `grads` has a
+    # count of correct argmaxes (the first largest logit or first NaN, as torch's argmax) and, when `grads` has a
     # row per device, its summed gradient sum_i (softmax(x_i V^T) - onehot(y_i)) x_i, as V is laid out.
     classes, features = v.shape
     with_grads = grads.shape[0] > 0
@@ -91,7 +91,7 @@ def _device_stats(x, y, starts, stops, v, zero, loss, correct, grads):  # pragma
                 for d in range(features):
                     acc += xr[d] * vc[d]
                 p[c] = acc
-                if acc > p[best]:
+                if acc > p[best] or (acc != acc and p[best] == p[best]):  # the first NaN wins, as in torch
                     best = c
             label = y[r]
             top, picked, norm = p[best], p[label], zero

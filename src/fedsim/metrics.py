@@ -11,8 +11,7 @@
 For the LSTM models the local gradients are the reference's approximation (at most 4 batches
 of 50 samples per device, fedsim.lstm) and the losses are computed in chunks of rows. For MCLR
 on the CPU one compiled pass per split gives the losses, accuracies and local gradients
-(fedsim.kernel.device_stats: 1.5x faster than the torch ops it replaces, equal to them to
-rounding, tests/test_engine.py).
+(fedsim.kernel.device_stats; equal to the torch ops to rounding, tests/test_engine.py).
 """
 
 from __future__ import annotations

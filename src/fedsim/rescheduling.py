@@ -1,45 +1,47 @@
-"""One pending re-evaluation timer in Snakemake's scheduler, instead of one more per pass.
+"""Snakemake's scheduler wakes itself for the job rate limit only while the limit holds jobs back.
 
 Snakemake's job scheduler (checked up to 9.27.1) applies its job rate limit (default
 `--max-jobs-per-timespan 100/1s`) by starting, at the end of every scheduling pass, a timer that
-wakes the scheduler one timespan later. The pass that timer wakes starts another, so every finished
-job adds a timer chain that never ends: after n jobs the scheduler wakes about n times a second, and
-each pass re-evaluates every ready job (params, resources, input sizes). In the default run (357
-jobs, 2 cores) that grew to thousands of passes and a large share of a core (README, Performance;
-upstream: snakemake/snakemake pull request 3744).
+wakes the scheduler one timespan later, whether or not the limit held anything back. The pass that
+timer wakes starts another, so every finished job adds a timer chain that lasts as long as jobs
+are ready: after n jobs the scheduler wakes about n times a second, and each pass re-evaluates
+every ready job (params, resources, input sizes). In the default run (357 jobs, 2 cores) that was
+most of Snakemake's own CPU (README, Performance; upstream: snakemake/snakemake pull request 3744).
 
-`install()` replaces that timer with one pending timer at a time: a pass that finds one pending
-starts no other. Any pass reschedules while the limit holds jobs back, so what the limiter lets
-through, and when, is unchanged; the timer is a daemon thread, so it never delays Snakemake's exit.
-Where a Snakemake release has no such method, nothing is changed.
+`install()` skips that timer when the limiter still has free slots at the end of the pass: then
+nothing waits on the limit, and what does wait (cores, resources) is woken by the next finished
+job, as before. While the limit is reached, and while Snakemake waits for queue input (the other
+caller), the timer starts exactly as in Snakemake. Where a Snakemake release lacks what this reads,
+the original method runs unchanged.
 """
 
 from __future__ import annotations
 
-import threading
+_original = None
 
 
-def _one_pending_timer(scheduler, delay) -> None:
-    if getattr(scheduler, "_fedsim_reevaluation", None) is not None:
-        return  # one is pending: the pass it wakes reschedules
-
-    def wake() -> None:
-        scheduler._fedsim_reevaluation = None  # before the wake-up, so that the pass it starts reschedules
-        scheduler._open_jobs.release()
-
-    timer = threading.Timer(delay, wake)
-    timer.daemon = True
-    scheduler._fedsim_reevaluation = timer
-    timer.start()
+def _wake_only_when_held(scheduler, delay) -> None:
+    try:
+        limiter = scheduler.job_rate_limiter
+        held = (limiter is None or limiter.get_free_jobs() == 0
+                or scheduler.workflow.dag.has_unfinished_queue_input_jobs())
+    except AttributeError:  # another Snakemake: do what it does
+        held = True
+    if held:
+        _original(scheduler, delay)
 
 
 def install() -> bool:
     """Patch Snakemake's scheduler (in this process); whether there was something to patch."""
+    global _original
     try:
         from snakemake.scheduling.job_scheduler import JobScheduler
     except ImportError:
         return False
-    if not hasattr(JobScheduler, "_schedule_reevalutation"):  # sic: Snakemake's spelling
+    method = getattr(JobScheduler, "_schedule_reevalutation", None)  # sic: Snakemake's spelling
+    if method is None:
         return False
-    JobScheduler._schedule_reevalutation = _one_pending_timer
+    if method is not _wake_only_when_held:
+        _original = method
+        JobScheduler._schedule_reevalutation = _wake_only_when_held
     return True

@@ -67,6 +67,9 @@ def _options_help() -> str:
 # importing torch (tests/test_train.py checks they agree).
 ENGINE_NAMES = ("auto", "kernel", "batched", "loop")
 DTYPE_NAMES = ("float32", "float64")
+# A run saves its state every CHECKPOINT_EVERY rounds once CHECKPOINT_SECONDS have passed since
+# the last save: a short run writes none, a kill costs at most the longer of the two.
+CHECKPOINT_EVERY, CHECKPOINT_SECONDS = 10, 30.0
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,9 @@ class RunConfig:
     eval_devices: int | None = setting(None, check=COUNT, help="compute the metrics on a seeded sample of this "
                                                                "many devices (default: all)")
     engine: str = setting("auto", role=NUMERICS, choices=ENGINE_NAMES,
-                          help="auto: the compiled kernel for MCLR on the CPU, the batched torch engine otherwise")
+                          help="local SGD; auto: the compiled kernel for MCLR on the CPU, the batched torch engine "
+                               "otherwise (metrics and FedDANE's local gradients take the compiled pass for MCLR "
+                               "on the CPU whatever the engine)")
     device: str = setting("cpu", role=NUMERICS, choices=("cpu", "cuda", "auto"),
                           help="where the numerics run (auto: a GPU where there is one)")
     dtype: str = setting("float32", role=NUMERICS, choices=DTYPE_NAMES, help="floating-point type of the numerics")

@@ -51,13 +51,13 @@ from . import __version__
 from .atomic import atomic_path
 from .data import FederatedDataset
 from . import authors
-from .engine import ENGINES, Clients, SGDSettings, device_grads, local_steps
+from .engine import ENGINES, Clients, SGDSettings, all_device_grads, device_grads, local_steps
 from .methods import ENTRIES, RoundContext, get_method, variant_of
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
 from .records import read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
-from .settings import RunConfig, check_clients_per_round, fingerprint
+from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, check_clients_per_round, fingerprint
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -193,9 +193,9 @@ class Checkpoint:
     """
 
     path: Path
-    every: int = 10
-    seconds: float = 0.0  # and at least this long after the run started or last saved
-    _last: float = dataclasses.field(default_factory=time.monotonic, init=False, repr=False)
+    every: int = CHECKPOINT_EVERY
+    seconds: float = CHECKPOINT_SECONDS  # at least this long since the last save (or since this was made)
+    _last: float = dataclasses.field(default_factory=lambda: time.monotonic(), init=False, repr=False, compare=False)
 
     def due(self, round_: int, start: int) -> bool:
         """Whether to save before round `round_` of a run that started (or resumed) at `start`."""
@@ -242,7 +242,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
 
     `on_round(row)`, if given, is called with each round's metrics as they are computed
     (progress, timing). With a `checkpoint`, the run continues from the saved round when
-    there is one, and saves its state every `checkpoint.every` rounds.
+    there is one, and saves its state as `checkpoint.due` says.
     """
     config.validate()
     started = time.perf_counter()
@@ -290,8 +290,8 @@ def _init_record(config: RunConfig) -> dict:
     return {"source": "file", "file": str(path), "sha256": authors.file_sha256(path)}
 
 
-def _train(config: RunConfig, data: RunData, on_round, checkpoint, clock: dict) -> tuple[list[dict], int | None,
-                                                                                         int | None]:
+def _train(config: RunConfig, data: RunData, on_round, checkpoint,
+           clock: dict) -> tuple[list[dict], int | None, int | None]:
     """The rounds: metrics rows from the initial model on, the round it diverged (or None), and
     the round it resumed from (or None). Adds the seconds spent in local SGD and in evaluation to
     `clock`."""
@@ -381,8 +381,7 @@ def measure_theory(model, params, problem, local_models, train: Clients, solvers
     gamma = theory.inexactness(params, local_models, problem.mu, problem.correction,
                                device_grads(model, params, train, solvers), at_end)
     sizes = eval_train.sizes
-    every = np.arange(len(sizes)) if eval_train.ids is None else eval_train.ids
-    grads = device_grads(model, params, eval_train, every).flatten(1)
+    grads = all_device_grads(model, params, eval_train).flatten(1)
     grad_f = torch.from_numpy(sizes / sizes.sum()).to(grads) @ grads
     constants = {"hessian_max": lipschitz, "inexactness": gamma, "grad_norm_sq": float(grad_f.square().sum()),
                  "rho": theory.rho(problem.mu, gamma, lipschitz, row["b_dissimilarity"])}
