@@ -12,6 +12,11 @@ import pandas as pd
 
 from .atomic import write_csv, write_json
 
+# metrics.csv's cumulative costs, columns after round and communication_rounds (and totals in the
+# run's result): per-sample gradient evaluations on the devices (local SGD steps and full local
+# gradients), and model-sized vectors sent server -> devices and back, one per device and vector
+COUNT_COLUMNS = ("gradient_evaluations", "vectors_down", "vectors_up")
+
 
 def write_run(metrics: pd.DataFrame, record: dict, metrics_path, info_path) -> None:
     """Metrics first, the record last: a run.json present means the run is complete."""

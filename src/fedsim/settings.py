@@ -197,3 +197,20 @@ def check_clients_per_round(k: int, num_devices: int, selection: str = "uniform"
     problem = clients_per_round_problem(k, num_devices, selection)
     if problem:
         raise ValueError(f"bad run setting clients_per_round={k}: {problem}")
+
+
+def participation_problem(method: str, k: int, num_devices: int, selection: str = "uniform") -> str | None:
+    """What is wrong with K devices per round for a method that needs every device each round, or None."""
+    if not ENTRIES[method].method.full_participation:
+        return None
+    if selection != "uniform":
+        return f"{method} needs every device each round, which selection={selection!r} does not give (use uniform)"
+    if k != num_devices:
+        return f"{method} needs every device each round: K = {num_devices}, not {k}"
+    return None
+
+
+def check_participation(config: RunConfig, num_devices: int) -> None:
+    problem = participation_problem(config.method, config.clients_per_round, num_devices, config.selection)
+    if problem:
+        raise ValueError(f"bad run setting clients_per_round={config.clients_per_round}: {problem}")

@@ -14,15 +14,17 @@ import pandas as pd
 
 from .methods import resolve, variant_of
 from .settings import RunConfig, setting_columns
-from .records import read_run
+from .records import COUNT_COLUMNS, read_run
 
 # RunConfig's RESULT fields (fedsim.settings): a new one is a column here and a tuning-group key
 SETTING_COLUMNS = setting_columns()
 # what a record written before a setting existed ran with: the setting's default
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
-TIMING_COLUMNS = ["local_sgd_seconds", "evaluation_seconds"]  # recorded since 2026-11-25
+# recorded since 2026-11-25 (empty for older records): where the time went, what the run cost
+TIMING_COLUMNS = ["local_sgd_seconds", "evaluation_seconds"]
+COST_COLUMNS = list(COUNT_COLUMNS)
 RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",
-                  "rounds_completed", "wall_seconds", *TIMING_COLUMNS]
+                  "rounds_completed", "wall_seconds", *TIMING_COLUMNS, *COST_COLUMNS]
 # the curves oscillate: what a run reached is better read as a mean over its last rounds
 TAIL_COLUMNS = ["tail_train_loss", "tail_test_acc"]
 TAIL_FRACTION = 0.1  # the tuning criterion's default fraction of rounds
@@ -56,8 +58,9 @@ def options_text(config: dict) -> str:
 def _run_row(info_path, fraction: float) -> dict:
     metrics, record = read_run(info_path)
     row = run_settings(record)
-    row.update({c: record["result"][c] for c in RESULT_COLUMNS if c not in TIMING_COLUMNS})
-    row.update({c: record["result"].get(c) for c in TIMING_COLUMNS})  # empty for a record from before them
+    newer = [*TIMING_COLUMNS, *COST_COLUMNS]
+    row.update({c: record["result"][c] for c in RESULT_COLUMNS if c not in newer})
+    row.update({c: record["result"].get(c) for c in newer})  # empty for a record from before them
     rounds = record["config"]["rounds"]
     row["tail_train_loss"] = tail_loss(metrics, rounds, fraction)
     row["tail_test_acc"] = tail_mean(metrics, rounds, fraction, "test_acc")

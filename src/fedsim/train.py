@@ -52,15 +52,17 @@ from .atomic import atomic_path
 from .data import FederatedDataset
 from . import authors
 from .engine import ENGINES, Clients, SGDSettings, all_device_grads, device_grads, local_steps
-from .methods import ENTRIES, RoundContext, get_method, variant_of
+from .methods import ENTRIES, RoundContext, get_method, traffic, variant_of
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
-from .records import read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
-from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, check_clients_per_round, fingerprint
+from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
+from .settings import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, check_clients_per_round, check_participation,
+                       fingerprint)
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
+ON_CPU = ("epochs_done", "counts")  # run state that stays on the CPU whatever the device
 STREAM_ABOVE_BYTES = 1 << 30  # `load: auto` streams a train split larger than this (as model inputs)
 
 
@@ -248,6 +250,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
     started = time.perf_counter()
     with torch_threads(1), FederatedDataset(config.data) as dataset:
         check_clients_per_round(config.clients_per_round, dataset.num_devices, config.selection)
+        check_participation(config, dataset.num_devices)
         if config.eval_devices is not None and config.eval_devices > dataset.num_devices:
             raise ValueError(f"bad run setting eval_devices={config.eval_devices}: {config.data} has "
                              f"{dataset.num_devices} devices")
@@ -257,7 +260,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
         dataset_record = {"name": dataset.name, "kind": dataset.kind, "devices": dataset.num_devices,
                           "provenance": dataset.attrs.get("provenance")}
 
-    metrics = pd.DataFrame(rows, columns=["round", "communication_rounds", *COLUMNS,
+    metrics = pd.DataFrame(rows, columns=["round", "communication_rounds", *COUNT_COLUMNS, *COLUMNS,
                                           *(THEORY_COLUMNS if config.theory else [])])
     last = metrics.iloc[-1]
     record = {
@@ -278,6 +281,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
             "local_sgd_seconds": round(clock["local_sgd"], 3),
             "evaluation_seconds": round(clock["evaluation"], 3),
             "resumed_from_round": resumed,
+            **{column: int(last[column]) for column in COUNT_COLUMNS},
         },
     }
     return metrics, record
@@ -306,16 +310,30 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         return n / n.sum()
 
     def device_grads_at(params, train: Clients):
-        known = {}  # a method may ask twice in a round (pipelined FedDANE: to solve, then to aggregate)
+        known, counted = {}, set()  # a method may ask twice (pipelined FedDANE: to solve, then to aggregate)
 
         def grads(devices: np.ndarray) -> torch.Tensor:
             key = np.asarray(devices).tobytes()
             if key not in known:
                 known[key] = device_grads(model, params, train, devices)
+                new = set(np.asarray(devices).tolist()) - counted  # a device computes its gradient once
+                counts["gradient_evaluations"] += int(data.sizes[sorted(new)].sum())
+                counted.update(new)
             return known[key]
         return grads
 
+    def grads_at(train: Clients):
+        def grads(points: torch.Tensor, devices: np.ndarray) -> torch.Tensor:
+            devices = np.asarray(devices)
+            counts["gradient_evaluations"] += int(data.sizes[devices].sum())
+            if points.dim() == params.dim():
+                return device_grads(model, points, train, devices)
+            return torch.cat([device_grads(model, w, train, [k]) for w, k in zip(points, devices)])
+        return grads
+
     params = initial_params(config, model, dtype).to(device)
+    # what the run has cost so far: per-sample gradients the devices computed, vectors sent each way
+    counts = dict.fromkeys(COUNT_COLUMNS, 0)
     # Run state, checkpointed with the model: the method's (its own names, under "method.") and, for
     # the authors' shuffle, which compounds over each device's local epochs, their count.
     state = {f"method.{k}": v for k, v in method.init(params, data.dataset.num_devices).items()}
@@ -323,16 +341,20 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         state["epochs_done"] = torch.zeros(data.dataset.num_devices, dtype=torch.int64)
     if config.theory:  # the power iteration's start: the last round's top eigenvector
         state["theory_vector"] = torch.ones_like(params)
+    state["counts"] = torch.zeros(len(counts), dtype=torch.int64)
     rows, start = [], 0
     saved = checkpoint.load(config, params, state) if checkpoint is not None else None
     if saved is not None:
         start, params, rows, state = saved
-        state = {k: v if k == "epochs_done" else v.to(params.device) for k, v in state.items()}
+        state = {k: v if k in ON_CPU else v.to(params.device) for k, v in state.items()}
+        counts.update(zip(counts, state["counts"].tolist()))
     for t in range(start, config.rounds + 1):
         if checkpoint is not None and checkpoint.due(t, start):
+            state["counts"] = torch.tensor(list(counts.values()), dtype=torch.int64)
             checkpoint.save(config, t, params, rows, state)
         started = time.perf_counter()
         rows.append({"round": t, "communication_rounds": t * method.exchanges,
+                     **counts,
                      **evaluate(model, params, data.eval_train, data.eval_test)})
         clock["evaluation"] += time.perf_counter() - started
         if on_round is not None:
@@ -348,17 +370,23 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
                            device_grads=device_grads_at(params, train), weights=weights, model=model,
                            mu=config.mu, options=config.options, lr=config.lr, sizes=data.sizes,
-                           local_steps=lambda devices: local_steps(data.sizes[devices], settings))
+                           local_steps=lambda devices: local_steps(data.sizes[devices], settings),
+                           grads_at=grads_at(train))
         method_state = {k[len("method."):]: v for k, v in state.items() if k.startswith("method.")}
         problem = method.local_problem(ctx, method_state)
         started = time.perf_counter()
-        local_models = local_sgd(model, params, problem, train, solvers, settings, t)
+        w0 = params if problem.center is None else problem.center
+        local_models = local_sgd(model, w0, problem, train, solvers, settings, t)
         clock["local_sgd"] += time.perf_counter() - started
+        counts["gradient_evaluations"] += config.epochs * int(data.sizes[solvers].sum())  # every epoch visits every sample
         if config.theory:
             constants, state["theory_vector"] = measure_theory(model, params, problem, local_models, train, solvers,
                                                                data.eval_train, rows[-1], state["theory_vector"])
             rows[-1].update(constants)
         params, method_state = method.server_update(ctx, method_state, local_models)
+        down, up = traffic(method, ctx)
+        counts["vectors_down"] += down
+        counts["vectors_up"] += up
         state.update({f"method.{k}": v for k, v in method_state.items()})
         if "epochs_done" in state:  # uniform selection: no device twice in a round
             state["epochs_done"][torch.from_numpy(solvers)] += config.epochs

@@ -10,14 +10,16 @@ Every local problem is one choice, per solving device k, of
 
     min_w  F_k(w) + <c_k, w - w0> + mu/2 ||w - w0||^2,
 
-which the engine (fedsim.engine) solves with E epochs of mini-batch SGD, by whichever
-execution strategy the run picked. The state is the method's memory across rounds (server
+which the engine (fedsim.engine) solves with E epochs of mini-batch SGD from w0, by whichever
+execution strategy the run picked. w0 is the global model unless the method names another
+`center` (S-DANE's y, the model FedDyn's server sends). The state is the method's memory across rounds (server
 state and per-device tables, as SCAFFOLD's control variates); the run checkpoints it with the
 model, so a resumed run ends bit-identical.
 
 A method module ends with `METHOD = Method(...)`: its name, label and colour in the figures,
-exchanges per round, which devices send full gradients first, how its mu is chosen, its
-settings (`options`) and named variants. The CLI, the run settings, the workflow (its schema,
+exchanges per round, the vectors each device sends and receives (`traffic`), which devices send
+full gradients first, whether every device must take part, how its mu (or the one option it is
+tuned over) is chosen, its settings (`options`) and named variants. The CLI, the run settings, the workflow (its schema,
 its runs and their mu) and the figures read REGISTRY, which holds every module here that
 declares a METHOD: adding a method is one file plus its test (scaffold.py is the example).
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
 
 MU_CHOICES = ("none", "fixed", "tuned")   # mu always 0 | the dataset's fedprox_mu | tuned over a grid
 GRADIENTS = ("none", "sampled", "all")    # who sends a full gradient at w^{t-1} before solving
+TUNED_MU = "mu"                           # the tuned setting's name where it is mu (else an option's)
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,7 @@ class LocalProblem:
 
     mu: float
     correction: torch.Tensor | None  # (solvers, *params.shape), or None for no linear term
+    center: torch.Tensor | None = None  # w0: where SGD starts and the proximal term is centred (None: the model)
 
 
 @dataclass
@@ -66,6 +70,8 @@ class RoundContext:
     lr: float = 0.0                            # the local learning rate
     sizes: np.ndarray | None = None            # every device's number of training samples
     local_steps: Callable[[np.ndarray], np.ndarray] | None = None  # SGD steps each device takes
+    # full local gradients of devices at another point than params: one model for all, or one each
+    grads_at: Callable[[torch.Tensor, np.ndarray], torch.Tensor] | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,7 @@ class Option:
     help: str
     choices: tuple = ()               # the allowed values, where they are a list
     minimum: float | None = None      # numbers: the exclusive lower bound
+    grid: tuple = ()                  # the values it is tuned over, where the method is tuned over it
 
     def parse(self, name: str, value):
         """The value, converted from command-line text where needed; ValueError naming it if bad."""
@@ -120,6 +127,18 @@ def average_models(ctx: RoundContext, state: dict, local_models: torch.Tensor):
     return weighted_average(local_models, ctx.weights(ctx.solvers)), state
 
 
+def traffic(method: "Method", ctx: RoundContext) -> tuple[int, int]:
+    """(vectors down, vectors up) of one round, each model-sized vector to or from one device counted
+    once. A solver receives `method.down` vectors and sends `method.up`; where full gradients come
+    first, each gradient device receives the model and sends its gradient, and a solver that was
+    one already holds the model (one vector down fewer)."""
+    down, up = method.down * len(ctx.solvers), method.up * len(ctx.solvers)
+    if method.gradients != "none":
+        down += len(ctx.gradient_devices) - len(np.intersect1d(ctx.solvers, ctx.gradient_devices))
+        up += len(ctx.gradient_devices)
+    return down, up
+
+
 @dataclass(frozen=True)
 class Method:
     name: str
@@ -134,9 +153,24 @@ class Method:
     options: dict = field(default_factory=dict)   # name -> Option
     variants: dict = field(default_factory=dict)  # name -> Variant
     order: int = 100                  # place in legends and tables
+    down: int = 1                     # vectors each solver receives per round (the model included)
+    up: int = 1                       # vectors each solver sends per round (its model included)
+    full_participation: bool = False  # every device, every round: K = N, uniform selection
+    tuned: str | None = None          # the option tuned over its grid (mu must then be "none")
 
     def __post_init__(self):
         assert self.mu in MU_CHOICES and self.gradients in GRADIENTS, self.name
+        assert self.tuned is None or (self.mu == "none" and self.options[self.tuned].grid), self.name
+
+    @property
+    def tuned_setting(self) -> str | None:
+        """What the method is tuned over: "mu", an option's name, or None."""
+        return TUNED_MU if self.mu == "tuned" else self.tuned
+
+    @property
+    def setting_name(self) -> str:
+        """The name of the number that tells a method's runs apart: its tuned option, else mu."""
+        return self.tuned or TUNED_MU
 
     def resolve(self, options: dict) -> dict:
         """Every option of the method, given ones parsed and checked, the rest at their default."""
@@ -214,6 +248,14 @@ def variant_of(config: dict) -> str:
         if all(options[k] == v for k, v in variant.options.items()):
             return variant_name
     return method.name
+
+
+def setting_value(config: dict) -> float:
+    """The value of a run's setting_name (run.json's `config`, or a runs.csv row): its tuned
+    option's, else its mu."""
+    name, options = resolve(config["method"], options_of(config))
+    tuned = REGISTRY[name].tuned
+    return float(options[tuned]) if tuned else float(config["mu"])
 
 
 def options_of(config: dict) -> dict:

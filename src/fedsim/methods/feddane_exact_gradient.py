@@ -16,5 +16,5 @@ def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
 
 METHOD = Method(
     name="feddane_exact_gradient", label="FedDANE, exact gradient", color="tab:gray",
-    local_problem=local_problem, exchanges=2, gradients="all", mu="tuned", order=70,
+    local_problem=local_problem, exchanges=2, gradients="all", mu="tuned", order=70, down=2,
 )
