@@ -28,7 +28,7 @@ def drawn(monkeypatch):
 def tuned_table(rows, method="feddane", correction="exact"):
     name = "feddane_authors" if correction == "authors" else method  # tuned_mu.csv names the variant
     return pd.DataFrame([{"dataset": d, "method": name, "clients_per_round": k,
-                          "epochs": e, "rounds": r, "chosen_mu": mu} for d, k, e, r, mu in rows])
+                          "epochs": e, "rounds": r, "chosen": mu} for d, k, e, r, mu in rows])
 
 
 def lines(ax):
@@ -70,7 +70,7 @@ def test_feddane_is_shown_at_the_tuned_mu_of_its_setting(tmp_path, drawn):
     runs = panel_runs(tmp_path, dane={0: BLOWUP, 0.1: LOSSES, 1: LOSSES})
     figures.figure1(runs, tuned_table([("synthetic_0_0", 10, 20, 4, 0.1)]), tmp_path / "f.pdf")
     assert "FedDANE (μ=0.1)" in lines(drawn[0].axes[0])
-    with pytest.raises(ValueError, match="several mu"):
+    with pytest.raises(ValueError, match="several values"):
         figures.figure1(runs, None, tmp_path / "f.pdf")
 
 

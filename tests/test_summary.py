@@ -71,11 +71,11 @@ def test_tune_picks_the_lowest_seed_mean_per_setting(tmp_path):
     ]
     table = tune(runs, ["feddane", "feddane_authors"], fraction=0.5)
     exact = table[table["method"] == "feddane"].set_index("clients_per_round")
-    assert exact.loc[10, "chosen_mu"] == 1 and exact.loc[10, "score"] == pytest.approx(0.8)
+    assert exact.loc[10, "chosen"] == 1 and exact.loc[10, "score"] == pytest.approx(0.8)
     assert exact.loc[10, "candidates"] == "0;1" and exact.loc[10, "scores"] == "inf;0.8"
-    assert exact.loc[5, "chosen_mu"] == 0
+    assert exact.loc[5, "chosen"] == 0
     authors = table[table["method"] == "feddane_authors"]
-    assert len(authors) == 1 and authors["chosen_mu"].iloc[0] == 0
+    assert len(authors) == 1 and authors["chosen"].iloc[0] == 0
     assert authors["options"].iloc[0] == '{"correction": "authors"}'
     assert len(tune(runs, ["feddane"], fraction=0.5)) == 2  # only the method asked for
 
@@ -137,7 +137,7 @@ def test_runs_evaluated_on_another_sample_tune_apart(tmp_path):
             fake_run(tmp_path, mu=0, losses=[3, 0.2], eval_devices=5),
             fake_run(tmp_path, mu=1, losses=[3, 0.1], eval_devices=5)]
     table = tune(runs, ["feddane"], fraction=0.5).set_index("eval_devices")
-    assert table["chosen_mu"].to_dict() == {"": 0, 5: 1}
+    assert table["chosen"].to_dict() == {"": 0, 5: 1}
     assert list(summarise(runs)["eval_devices"]) == ["", 5, "", 5]
 
 
@@ -167,5 +167,5 @@ def test_findings_keep_settings_apart_and_refuse_a_method_at_several_mu(tmp_path
     assert table[["clients_per_round", "method", "rank"]].values.tolist() == [
         [1, "fedavg", 1], [1, "feddane", 2], [5, "fedavg", 1], [5, "feddane", 2]]
     assert table.loc[table["method"] == "feddane", "diverged_seeds"].tolist() == [1, 1]
-    with pytest.raises(ValueError, match="several mu"):
+    with pytest.raises(ValueError, match="several values of its setting"):
         findings(runs + [fake_run(tmp_path, mu=1, K=1, losses=[3, 2, 1, 1])], fraction=0.5)

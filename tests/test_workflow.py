@@ -171,7 +171,7 @@ def test_planned_runs_are_the_default_runs_at_their_paths(tmp_path):
     assert code == 0, out
     plan = pd.read_csv(workdir / "results/summary/planned_runs.csv", dtype=str, keep_default_na=False)
     tuned = pd.read_csv(REPO / "tests/reference/default_tuned_mu.csv")
-    chosen = {(row.method, row.dataset): f"{row.chosen_mu:g}" for row in tuned.itertuples()}
+    chosen = {(row.method, row.dataset): f"{row.chosen:g}" for row in tuned.itertuples()}
     stems = set()
     for row in plan.itertuples():
         mu = chosen[row.method, row.dataset] if row.mu == "tuned" else row.mu
@@ -425,7 +425,7 @@ def test_tiny_real_run(tiny_run):
     # Figures 2 and 3 run each FedDANE at its mu tuned for the dataset in Figure 1, only
     tuned = read_csv(results / "summary" / "tuned_mu.csv")
     assert len(tuned) == 2 * len(TINY_DATASETS)
-    chosen = {(row["dataset"], row["method"]): float(row["chosen_mu"]) for row in tuned}
+    chosen = {(row["dataset"], row["method"]): float(row["chosen"]) for row in tuned}
     for row in rows:
         if row["method"].startswith("feddane") and row["clients_per_round"] != "3":
             assert float(row["mu"]) == chosen[row["dataset"], row["method"]], row

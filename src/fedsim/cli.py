@@ -204,6 +204,7 @@ def _datasets_table(args) -> None:
 def _train(args) -> None:
     from pathlib import Path
 
+    from .methods import describe_setting, variant_of
     from .train import Checkpoint, run, write_run
 
     config = run_config(args)
@@ -215,7 +216,7 @@ def _train(args) -> None:
         checkpoint.remove()  # only now: the outputs it stood in for are complete
     result = record["result"]
     status = f"diverged at round {result['diverged_round']}" if result["diverged_round"] is not None else "done"
-    print(f"{config.method} mu={config.mu:g} on {record['dataset']['name']}: {status}, "
+    print(f"{variant_of(record['config'])} {describe_setting(record['config'])} on {record['dataset']['name']}: {status}, "
           f"final train loss {result['final_train_loss']:.4f}, {result['wall_seconds']:.1f} s")
 
 
@@ -228,7 +229,7 @@ def _summarise(args) -> None:
 def _findings(args) -> None:
     from .summary import findings
 
-    write_csv(args.out, findings(args.runs, args.fraction))
+    write_csv(args.out, findings(args.runs, args.fraction, args.across_k))
 
 
 def _tune(args) -> None:
@@ -395,6 +396,8 @@ def build_parser() -> argparse.ArgumentParser:
                                         "min-max, rank")
     p.add_argument("--fraction", type=SHARE, default=0.1, help="the tail: this last fraction of each run's rounds")
     p.add_argument("--out", required=True)
+    p.add_argument("--across-k", action="store_true",
+                   help="rank every K of a dataset in one panel (methods that need every device beside sampling ones)")
     p.add_argument("runs", nargs="+", help="run.json files of one figure (one mu per method and setting)")
     p.set_defaults(func=_findings)
 
@@ -409,7 +412,9 @@ def build_parser() -> argparse.ArgumentParser:
     figures = {"figure1": "Figure 1: FedAvg, FedProx, FedDANE per dataset (K = 10, E = 20)",
                "figure2": "Figure 2: participation, one row per dataset, one column per K",
                "figure3": "Figure 3: E = 1 and many devices per round, one panel per dataset",
-               "beyond": "beyond the paper: every method, against rounds and communication rounds"}
+               "beyond": "beyond the paper: every method, against rounds and communication rounds",
+               "successors": "FedDANE among its successors: every method against rounds, vectors sent and "
+                             "gradients computed"}
     for name, help_text in figures.items():
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--tuned", help="tuned_mu.csv: shows FedDANE at the chosen mu where the runs hold several")

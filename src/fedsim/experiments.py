@@ -21,6 +21,7 @@ LSTM_KINDS = ("shakespeare", "sent140")
 LEAF_KINDS = ("femnist", "shakespeare", "sent140")
 SYNTHETIC_KEYS = ("devices", "features", "classes", "train_fraction", "seed")
 # What names a run (its folder); T is the rounds tag, theory the theory tag (run_stem)
+# mu: the value of the method's setting (setting_name: its mu, or the option it is tuned over)
 RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "T", "theory", "seed")
 PLAN_COLUMNS = ["experiment", *RUN_FIELDS, "rounds"]
 Run = namedtuple("Run", RUN_FIELDS)
@@ -129,12 +130,27 @@ def experiment_ks(cfg, name, dataset) -> list:
 
 
 def method_kind(method) -> str:
-    """How a method's (or variant's) mu is chosen: none (0), fixed (fedprox_mu), tuned."""
-    return ENTRIES[method].method.mu
+    """How a method's (or variant's) setting is chosen: none (mu 0), fixed (fedprox_mu), tuned (its mu,
+    or the option it is tuned over, fedsim.methods.Method.tuned)."""
+    entry = ENTRIES[method]
+    return "tuned" if entry.method.tuned else entry.method.mu
+
+
+def setting_name(method) -> str:
+    """The setting a method's runs differ in, as paths, logs and legends name it: mu, or its tuned option."""
+    return ENTRIES[method].method.setting_name
+
+
+def setting_grid(cfg, method, experiment) -> list:
+    """The values a tuned method is tuned over: its option's grid, or the (experiment's) mu grid."""
+    tuned = ENTRIES[method].method.tuned
+    if tuned:
+        return list(ENTRIES[method].method.options[tuned].grid)
+    return cfg["experiments"][experiment].get("mu_grid", cfg["tuning"]["mu_grid"])
 
 
 def tuned_methods(cfg) -> list[str]:
-    """The methods whose mu is tuned (the registry says which), among those the experiments run."""
+    """The methods that are tuned (the registry says which), among those the experiments run."""
     used = {m for exp in cfg["experiments"].values() for m in exp["methods"]}
     return [m for m in ENTRIES if method_kind(m) == "tuned" and m in used]
 
@@ -167,6 +183,18 @@ def settings(cfg, experiment) -> list[Setting]:
             for E in as_list(exp["epochs"])]
 
 
+def method_setting(cfg, method, setting) -> Setting:
+    """The setting a method runs in where its experiment has `setting`: the same, except that a method
+    needing every device each round runs at K = the dataset's devices, whatever the experiment's K."""
+    if not ENTRIES[method].method.full_participation:
+        return setting
+    devices = n_devices(cfg, setting.dataset)
+    if devices is None:
+        raise ConfigError(["datasets", setting.dataset, "devices"], f"needed for {method}, which runs every device "
+                                                                    "each round")
+    return setting._replace(K=fmt(devices))
+
+
 def reference_setting(cfg, experiment, setting) -> Setting:
     """The setting whose tuning gives the tuned method's mu in `setting`: itself, or the same
     dataset's (only) setting in the `mu_from` experiment."""
@@ -177,12 +205,12 @@ def reference_setting(cfg, experiment, setting) -> Setting:
 
 
 def chosen_mu(cfg, tuned, method, setting) -> str:
-    """The mu chosen for `method` in `setting` in `tuned` (rows of tuned_mu.csv)."""
+    """The value (of its mu or tuned option) chosen for `method` in `setting` in `tuned` (rows of tuned_mu.csv)."""
     key = (method, setting.dataset, setting.K, setting.E, tag_rounds(cfg, setting.dataset, setting.T))
     for row in tuned:
         numbers = (fmt(float(row[c])) for c in ("clients_per_round", "epochs"))
         if (row["method"], row["dataset"], *numbers, int(row["rounds"])) == key:
-            return fmt(float(row["chosen_mu"]))
+            return fmt(float(row["chosen"]))
     raise ValueError(f"tuned_mu.csv has no row for {method} in {setting}")
 
 
@@ -194,12 +222,13 @@ def method_mus(cfg, method, setting, experiment, tuned=None) -> list:
     exp, kind = cfg["experiments"][experiment], method_kind(method)
     if ENTRIES[method].mclr_only and cfg["datasets"][setting.dataset]["kind"] in LSTM_KINDS:
         return []
-    if kind != "none" and mu_source(cfg, experiment) == "fixed":
+    if ENTRIES[method].method.mu != "none" and mu_source(cfg, experiment) == "fixed":
         return exp["mu"]
     if kind == "tuned":
         if tunes_mu(cfg, experiment):
-            return exp.get("mu_grid", cfg["tuning"]["mu_grid"])
-        return ["tuned"] if tuned is None else [chosen_mu(cfg, tuned, method, reference_setting(cfg, experiment, setting))]
+            return setting_grid(cfg, method, experiment)
+        source = method_setting(cfg, method, reference_setting(cfg, experiment, setting))
+        return ["tuned"] if tuned is None else [chosen_mu(cfg, tuned, method, source)]
     return [cfg["datasets"][setting.dataset]["fedprox_mu"]] if kind == "fixed" else [0]
 
 
@@ -248,12 +277,14 @@ def plan(cfg, tuned=None) -> pd.DataFrame:
         (name, s.dataset, method, fmt(mu), s.K, s.E, s.T, theory_tag(cfg, name), fmt(seed),
          tag_rounds(cfg, s.dataset, s.T))
         for name, exp in cfg["experiments"].items()
-        for s in settings(cfg, name)
+        for setting in settings(cfg, name)
         for method in exp["methods"]
+        for s in [method_setting(cfg, method, setting)]
         for mu in method_mus(cfg, method, s, name, tuned)
         for seed in exp.get("seeds", cfg["seeds"])
     ]
-    return pd.DataFrame(rows, columns=PLAN_COLUMNS)
+    # a full-participation method runs once per experiment K list: one row each
+    return pd.DataFrame(rows, columns=PLAN_COLUMNS).drop_duplicates(ignore_index=True)
 
 
 def runs_of(table: pd.DataFrame) -> list[Run]:

@@ -23,13 +23,15 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .atomic import atomic_path  # noqa: E402
-from .methods import COLORS, ENTRIES, LABELS, variant_of  # noqa: E402
+from .methods import COLORS, ENTRIES, LABELS, setting_value, variant_of  # noqa: E402
 from .summary import tuning_scores  # noqa: E402
 from .records import read_run  # noqa: E402
 
 METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
 X_AXES = {"rounds": ("round", "# rounds"),
-          "communication_rounds": ("communication_rounds", "# communication rounds")}
+          "communication_rounds": ("communication_rounds", "# communication rounds"),
+          "vectors": ("vectors", "model-sized vectors sent (down + up, all devices)"),
+          "gradient_evaluations": ("gradient_evaluations", "per-sample gradients computed (all devices)")}
 BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
 # A dash pattern per method (its place in the legend order), on top of its colour: curves that
 # coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay visible as two patterns.
@@ -37,7 +39,8 @@ DASHES = ("-", "--", "-.", ":")
 LINESTYLES = {name: DASHES[i % len(DASHES)] for i, name in enumerate(ENTRIES)}
 MIN_WIDTH = 5.5  # inches: a one-panel figure still holds its title and legend
 LEGEND_DROP_PT = 30  # a panel's legend starts this far below its axes: under tick labels and x label
-TUNED = tuple(name for name, e in ENTRIES.items() if e.method.mu == "tuned")
+TUNED = tuple(name for name, e in ENTRIES.items() if e.method.tuned_setting)
+SYMBOLS = {"mu": "μ", "alpha": "α", "lambda": "λ", "server_lr": "η_s", "eps": "ε"}  # a setting's name in legends
 
 
 def _provenance(record: dict) -> dict:
@@ -61,7 +64,11 @@ def panel_order(record: dict) -> tuple:
 
 
 def load_runs(info_paths) -> list[tuple[pd.DataFrame, dict]]:
-    return [read_run(p) for p in info_paths]
+    runs = [read_run(p) for p in info_paths]
+    for metrics, _ in runs:
+        if "vectors_up" in metrics:  # recorded since 2026-11-25
+            metrics["vectors"] = metrics["vectors_down"] + metrics["vectors_up"]
+    return runs
 
 
 def setting(record: dict) -> tuple:
@@ -71,14 +78,16 @@ def setting(record: dict) -> tuple:
 
 
 def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", linestyle: str = "-"):
-    """Mean over seeds with a min-max band; the rounds where every seed still ran. Returns
-    the mean's line."""
-    frames = [m.set_index(x)[column] for m, _ in runs]
+    """Mean over seeds with a min-max band, per round, where every seed still ran, at the seeds' mean
+    of `x` (a cost differs between seeds: their devices differ). Returns the mean's line."""
+    frames = [m.set_index("round")[column] for m, _ in runs]
     table = pd.concat(frames, axis=1)
     mean = table.mean(axis=1, skipna=False)
-    (line,) = ax.plot(mean.index, mean.to_numpy(), color=color, label=label, lw=1.4, ls=linestyle)
+    xs = table.index.to_numpy() if x == "round" else \
+        pd.concat([m.set_index("round")[x] for m, _ in runs], axis=1).mean(axis=1).to_numpy()
+    (line,) = ax.plot(xs, mean.to_numpy(), color=color, label=label, lw=1.4, ls=linestyle)
     if len(frames) > 1:
-        ax.fill_between(table.index, table.min(axis=1), table.max(axis=1), color=color, alpha=0.25, lw=0)
+        ax.fill_between(xs, table.min(axis=1), table.max(axis=1), color=color, alpha=0.25, lw=0)
     for metrics, record in runs:
         if record["result"]["diverged_round"] is not None:
             finite = metrics[np.isfinite(metrics[column])]
@@ -95,18 +104,18 @@ def _tuned_mu(tuned: pd.DataFrame | None, key: tuple, method: str) -> float | No
     variants = tuned.apply(lambda row: variant_of(row.to_dict()), axis=1) if len(tuned) else []
     rows = tuned[(tuned["dataset"] == dataset) & (tuned["clients_per_round"] == k)
                  & (tuned["epochs"] == e) & (tuned["rounds"] == rounds) & (variants == method)]
-    return float(rows["chosen_mu"].iloc[0]) if len(rows) else None
+    return float(rows["chosen"].iloc[0]) if len(rows) else None
 
 
 def _method_runs(runs, method: str, tuned: pd.DataFrame | None):
-    """The runs of one curve (`method`: a variant name). A method given at several mu is shown
-    at its tuned one only."""
+    """The runs of one curve (`method`: a variant name). A method given at several values of its
+    setting (mu, or its tuned option) is shown at its tuned one only."""
     mine = [(m, r) for m, r in runs if variant_of(r["config"]) == method]
-    if len({r["config"]["mu"] for _, r in mine}) > 1:
+    if len({setting_value(r["config"]) for _, r in mine}) > 1:
         chosen = _tuned_mu(tuned, setting(mine[0][1]), method)
         if chosen is None:
-            raise ValueError(f"{method} runs at several mu and no tuned mu for {setting(mine[0][1])}")
-        mine = [(m, r) for m, r in mine if r["config"]["mu"] == chosen]
+            raise ValueError(f"{method} runs at several values and no tuned one for {setting(mine[0][1])}")
+        mine = [(m, r) for m, r in mine if setting_value(r["config"]) == chosen]
     return mine
 
 
@@ -132,16 +141,28 @@ def _y_range(ax, lines: dict, metric: str) -> None:
         lines[method].set_label(f"{lines[method].get_label()}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}")
 
 
-def _panel(ax, runs, tuned, metric: str, x: str) -> None:
+def curve_label(method: str, record: dict, panel_k=None) -> str:
+    """A curve's legend entry: the method, the value of its setting (μ=0.01, α=0.1) where it has one, and
+    its K where it differs from the panel's (a method that needs every device beside sampling ones)."""
+    entry, config = ENTRIES[method], record["config"]
+    shown = [] if entry.method.mu == "none" and not entry.method.tuned else \
+        [f"{SYMBOLS.get(entry.method.setting_name, entry.method.setting_name)}={setting_value(config):g}"]
+    if panel_k is not None and config["clients_per_round"] != panel_k:
+        shown.append(f"K={config['clients_per_round']}")
+    return LABELS[method] + (f" ({', '.join(shown)})" if shown else "")
+
+
+def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=None) -> None:
     lines = {}
     for method in LABELS:
         selected = _method_runs(runs, method, tuned)
         if not selected:
             continue
-        mu = selected[0][1]["config"]["mu"]
-        label = LABELS[method] + ("" if ENTRIES[method].method.mu == "none" else f" (μ={mu:g})")
+        label = curve_label(method, selected[0][1], panel_k)
         lines[method] = _curve(ax, selected, metric, label, COLORS[method], x, LINESTYLES[method])
     _y_range(ax, lines, metric)
+    if not legend:
+        return
     # below the panel, under its x label: inside, it would cover the curves of an oscillating FedDANE
     # (anchored in points below the axes, under the tick labels and the x label, whatever the panel's height)
     below = transforms.offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")
@@ -225,6 +246,43 @@ def beyond_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "tr
 beyond = beyond_figure
 
 
+def successors_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
+                      x_axis: str = "rounds") -> None:
+    """FedDANE among its successors: one column per dataset holding every method (those that need
+    every device at K = all devices beside the sampling ones at the experiment's K), the metric
+    against rounds, against the model-sized vectors sent and against the per-sample gradients the
+    devices computed: the axes on which methods that exchange twice, send control variates or
+    compute extra gradients compare fairly. Each tuned method at its tuned value. `x_axis` is
+    ignored: the three are drawn."""
+    runs = load_runs(info_paths)
+    panels: dict[str, list] = {}
+    for run in runs:
+        panels.setdefault(run[1]["dataset"]["name"], []).append(run)
+    keys = sorted(panels, key=lambda key: panel_order(panels[key][0][1]))
+    rows = ("rounds", "vectors", "gradient_evaluations")
+    curves = len({variant_of(record["config"]) for _, record in runs})
+    fig, axes = plt.subplots(len(rows), len(keys), figsize=(3.8 * len(keys), 2.6 * len(rows) + 0.16 * curves),
+                             squeeze=False, gridspec_kw={"height_ratios": [1] * (len(rows) - 1) + [1 + 0.06 * curves]})
+    panel_k = min(r["config"]["clients_per_round"] for _, r in runs)  # the sampling methods' K
+    for col, key in enumerate(keys):
+        for row, axis in enumerate(rows):
+            ax = axes[row][col]
+            x, x_label = X_AXES[axis]
+            _panel(ax, panels[key], tuned, metric, x, legend=row == len(rows) - 1, panel_k=panel_k)
+            ax.set_title(dataset_title(panels[key][0][1]), fontsize=10)
+            ax.set_xlabel(x_label, fontsize=8)
+            ax.set_ylabel(METRICS.get(metric, metric))
+            if axis != "rounds":
+                ax.set_xscale("log")
+    first = runs[0][1]["config"]
+    fig.suptitle(f"K = {panel_k} (every device where marked), E = {first['epochs']}, rounds = {first['rounds']}; "
+                 + band_text(runs), fontsize=10)
+    save(fig, out)
+
+
+successors = successors_figure
+
+
 def decrease_table(metrics: pd.DataFrame) -> pd.DataFrame:
     """Per round t (where the theory was logged): rho, Theorem 1's guaranteed decrease
     rho ||grad f(w^t)||^2 and the observed one f(w^t) - f(w^{t+1}), f the training loss."""
@@ -297,9 +355,9 @@ def _decrease_panel(ax, tables: list[pd.DataFrame]) -> None:
 
 
 def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods=TUNED) -> None:
-    """The tuning criterion (mean training loss over the last rounds) against mu, one panel
-    per dataset, one line per tuned method and setting; band: min-max over seeds; a star marks
-    the chosen mu, a cross at the top edge a diverged run."""
+    """The tuning criterion (mean training loss over the last rounds) against the tuned setting (mu, or
+    a method's own: FedDyn's alpha, ...), one panel per dataset, one line per tuned method and setting;
+    band: min-max over seeds; a star marks the chosen value, a cross at the top edge a diverged run."""
     runs = load_runs(info_paths)
     scores = tuning_scores(runs, methods, fraction)
     first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
@@ -311,7 +369,7 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
         top = 2 * finite.max() if len(finite) else 10.0
         several = data.groupby(["clients_per_round", "epochs", "rounds"]).ngroups > 1
         for (variant, k, e, rounds), group in data.groupby(["variant", "clients_per_round", "epochs", "rounds"]):
-            stats = group.groupby("mu")["score"].agg(["mean", "min", "max"])
+            stats = group.groupby("value")["score"].agg(["mean", "min", "max"])
             label = LABELS[variant] + (f", K={k}, E={e}" if several else "")
             color = COLORS[variant] if not several else None
             line = ax.plot(stats.index, stats["mean"].clip(upper=top), "o-", ms=3, label=label, color=color)[0]
@@ -323,7 +381,7 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
             chosen = _tuned_mu(tuned, (name, k, e, rounds), variant)
             if chosen is not None and chosen in stats.index:
                 ax.plot(chosen, stats.loc[chosen, "mean"], "*", color=line.get_color(), ms=13)
-        grid = sorted(data["mu"].unique())
+        grid = sorted(data["value"].unique())
         ax.set_xscale("symlog", linthresh=min([m for m in grid if m > 0], default=1.0))
         ax.set_xticks(grid, [f"{m:g}" for m in grid])
         ax.set_yscale("log")
@@ -332,7 +390,7 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
         if not np.isfinite(data["score"]).all():
             ax.set_ylim(top=top * 1.05)  # room for the crosses of diverged runs
         ax.set_title(dataset_title(first[name]), fontsize=10)
-        ax.set_xlabel("μ")
+        ax.set_xlabel(", ".join(SYMBOLS.get(n, n) for n in sorted(set(data["setting"]), key=list(SYMBOLS).index)))
         if several:  # labels and colours differ by panel: each its own legend
             ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")
     if not any(each.get_legend() for each in axes[0]):  # a colour per method everywhere: one legend, in the first panel

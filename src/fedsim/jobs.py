@@ -98,10 +98,10 @@ def init_files(cfg, seed) -> list[str]:
 
 def method_options(cfg, method) -> dict:
     """The options the config sets for a method or variant (method_options); those a variant fixes
-    stay as the variant has them."""
+    stay as the variant has them, and the one a method is tuned over is each run's own."""
     entry = ENTRIES[method]
     options = cfg["method_options"].get(entry.method.name, {})
-    return {k: v for k, v in sorted(options.items()) if k not in entry.options}
+    return {k: v for k, v in sorted(options.items()) if k not in entry.options and k != entry.method.tuned}
 
 
 def method_options_text(cfg, method) -> str:
@@ -116,6 +116,12 @@ def run_args(cfg, method, seed) -> str:
     args += [f"--option {shlex.quote(f'{k}={v}')}" for k, v in method_options(cfg, method).items()]
     args += [f"--init {shlex.quote(path)}" for path in init_files(cfg, seed)]
     return " ".join(args)
+
+
+def setting_args(method, value) -> str:
+    """The argument giving a run its value of the method's setting: --mu, or the tuned option."""
+    name = ENTRIES[method].method.setting_name
+    return f"--mu {value}" if name == "mu" else f"--option {shlex.quote(f'{name}={value}')}"
 
 
 def eval_args(cfg, dataset) -> str:

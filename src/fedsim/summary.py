@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .methods import resolve, variant_of
+from .methods import REGISTRY, options_of, resolve, setting_value, variant_of
 from .settings import RunConfig, setting_columns
 from .records import COUNT_COLUMNS, read_run
 
@@ -92,15 +92,25 @@ def tail_loss(metrics: pd.DataFrame, rounds: int, fraction: float) -> float:
     return math.inf if math.isnan(value) else value
 
 
+def tuned_view(config: dict) -> dict:
+    """A run as the tuning and the findings see it: `setting` (mu or the option the method is tuned
+    over), its `value`, and `options` without that option (the runs of one grid share them)."""
+    name, options = resolve(config["method"], options_of(config))
+    setting = REGISTRY[name].setting_name
+    options = {k: v for k, v in options.items() if k != setting}
+    return {"setting": setting, "value": setting_value(config), "options": json.dumps(options, sort_keys=True)}
+
+
 def tuning_scores(runs, methods, fraction: float) -> pd.DataFrame:
     """One row per run of `methods` (names as fedsim.methods.variant_of gives them) among `runs`
-    ((metrics, record) pairs): its variant, setting, mu, seed and tail loss (the criterion)."""
+    ((metrics, record) pairs): its variant, settings, the tuned setting's name and value, seed and tail
+    loss (the criterion)."""
     methods, rows = [methods] if isinstance(methods, str) else list(methods), []
     for metrics, record in runs:
         config = record["config"]
         if variant_of(config) not in methods:
             continue
-        rows.append({"variant": variant_of(config), **run_settings(record, GROUP_COLUMNS), "mu": config["mu"],
+        rows.append({"variant": variant_of(config), **run_settings(record, GROUP_COLUMNS), **tuned_view(config),
                      "seed": config["seed"], "score": tail_loss(metrics, config["rounds"], fraction)})
     if not rows:
         raise ValueError(f"no runs of {', '.join(methods)} to tune")
@@ -108,42 +118,51 @@ def tuning_scores(runs, methods, fraction: float) -> pd.DataFrame:
 
 
 def tune(info_paths, methods, fraction: float) -> pd.DataFrame:
-    """For each method of `methods` and each of its settings, the mu whose runs reach the lowest
-    tail loss (mean over seeds)."""
+    """For each method of `methods` and each of its settings, the value of its tuned setting (mu, or
+    an option such as FedDyn's alpha) whose runs reach the lowest tail loss (mean over seeds)."""
     runs = tuning_scores(map(read_run, info_paths), methods, fraction)
-    scores = runs.groupby([*GROUP_COLUMNS, "mu"], as_index=False)["score"].mean()
+    scores = runs.groupby([*GROUP_COLUMNS, "setting", "value"], as_index=False)["score"].mean()
     criterion = f"lowest mean train_loss over the last {fraction:g} of rounds, mean over seeds; diverged = inf"
     table = []
-    for key, group in scores.groupby(GROUP_COLUMNS, sort=False):
-        group = group.sort_values("mu")
-        best = group.iloc[int(np.argmin(group["score"].to_numpy()))]  # ties: the smallest mu
-        table.append({**dict(zip(GROUP_COLUMNS, key)),
-                      "candidates": ";".join(f"{m:g}" for m in group["mu"]),
+    for key, group in scores.groupby([*GROUP_COLUMNS, "setting"], sort=False):
+        group = group.sort_values("value")
+        best = group.iloc[int(np.argmin(group["score"].to_numpy()))]  # ties: the smallest value
+        table.append({**dict(zip([*GROUP_COLUMNS, "setting"], key)),
+                      "candidates": ";".join(f"{m:g}" for m in group["value"]),
                       "scores": ";".join(f"{s:.6g}" for s in group["score"]),
-                      "chosen_mu": best["mu"], "score": best["score"], "criterion": criterion})
+                      "chosen": best["value"], "score": best["score"], "criterion": criterion})
     return pd.DataFrame(table)
 
 
 FINDING_SETTING = [c for c in GROUP_COLUMNS if c not in ("method", "options")]  # what a panel holds fixed
 
 
-def findings(info_paths, fraction: float = TAIL_FRACTION) -> pd.DataFrame:
-    """What a figure shows, in numbers: per panel (setting) and curve (method at its mu), the tail
-    means over the seeds with their min and max, the panel's ranking of the curves by tail loss
-    (1 = lowest), and whether every seed alone ranks the curve the same (an ordering that flips
-    between seeds is noise, not a finding). `info_paths`: a figure's runs, one mu per method."""
+def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False) -> pd.DataFrame:
+    """What a figure shows, in numbers: per panel (setting) and curve (method at its tuned setting's
+    value), the tail means over the seeds with their min and max, the panel's ranking of the curves
+    by tail loss (1 = lowest), and whether every seed alone ranks the curve the same (an ordering that
+    flips between seeds is noise, not a finding). `info_paths`: a figure's runs, one value per method.
+    `across_k`: one panel holds every K (methods that need every device beside sampling ones)."""
     runs = summarise(info_paths, fraction)
-    curve = [*GROUP_COLUMNS, "mu"]
-    if runs.groupby([*FINDING_SETTING, "method", "options"])["mu"].nunique().max() > 1:
-        raise ValueError("findings: a method at several mu in one setting; give a figure's runs (one mu each)")
+    views = pd.DataFrame([tuned_view(row) for row in runs[["method", "options", "mu"]].to_dict("records")],
+                         index=runs.index)
+    runs = runs.drop(columns="options").join(views)
+    curve = [*GROUP_COLUMNS, "setting", "value"]
+    panel = [c for c in FINDING_SETTING if not (across_k and c == "clients_per_round")]
+    if runs.groupby([*FINDING_SETTING, "method", "options"])["value"].nunique().max() > 1:
+        raise ValueError("findings: a method at several values of its setting in one panel; give a figure's runs "
+                         "(one each)")
     stats = runs.groupby(curve, sort=False).agg(
         seeds=("seed", "nunique"),
-        **{f"{c}{s}": (c, f) for c in TAIL_COLUMNS for s, f in (("", "mean"), ("_min", "min"), ("_max", "max"))},
+        **{f"{c}{s}": (c, f) for c in [*TAIL_COLUMNS, *COST_COLUMNS] for s, f in (("", "mean"), ("_min", "min"),
+                                                                                  ("_max", "max"))
+           if c in TAIL_COLUMNS or s == ""},
         diverged_seeds=("diverged_round", "count")).reset_index()
-    stats["rank"] = stats.groupby(FINDING_SETTING)["tail_train_loss"].rank(method="min").astype(int)
-    per_seed = runs.assign(rank=runs.groupby([*FINDING_SETTING, "seed"])["tail_train_loss"].rank(method="min"))
+    stats["rank"] = stats.groupby(panel)["tail_train_loss"].rank(method="min").astype(int)
+    per_seed = runs.assign(rank=runs.groupby([*panel, "seed"])["tail_train_loss"].rank(method="min"))
     stable = per_seed.groupby(curve, sort=False)["rank"].nunique().eq(1).rename("rank_every_seed").reset_index()
     stats = stats.merge(stable, on=curve)
-    columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "mu", "seeds", *stats.columns[
-        len(curve) + 1:]]
-    return stats[columns].sort_values(["dataset", "clients_per_round", "epochs", "rank"], kind="stable")
+    columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "setting", "value", "seeds",
+               *stats.columns[len(curve) + 1:]]
+    return stats[columns].sort_values(["dataset", *([] if across_k else ["clients_per_round"]), "epochs", "rank"],
+                                      kind="stable")

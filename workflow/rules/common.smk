@@ -15,6 +15,7 @@ if Path(workflow.basedir, "src", "fedsim").is_dir():
 from fedsim import cost, experiments, jobs  # noqa: E402
 from fedsim.configcheck import check_config, load_schema  # noqa: E402
 from fedsim.experiments import LEAF_KINDS, ConfigError, as_list, fmt  # noqa: E402
+from fedsim.jobs import setting_args  # noqa: E402
 from fedsim.methods import ENTRIES, USES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
@@ -78,10 +79,12 @@ def dataset_path(name="{dataset}"):
 def run_stem(
     dataset="{dataset}", method="{method}", mu="{mu}", K="{K}", E="{E}", T="{T}", theory="{theory}", seed="{seed}"
 ):
-    """Relative location of one training run: {dataset}/{method}/mu{mu}_K{K}_E{E}{T}{theory}_seed{seed},
-    T being the rounds tag (see rounds_tag), theory '_theory' where the run logs the theorems'
-    constants (an experiment's `theory: true`), else ''."""
-    return f"{dataset}/{method}/mu{fmt(mu)}_K{fmt(K)}_E{fmt(E)}{T}{theory}_seed{fmt(seed)}"
+    """Relative location of one training run: {dataset}/{method}/{setting}{mu}_K{K}_E{E}{T}{theory}_seed{seed},
+    setting being the name of the method's setting `mu` holds the value of (mu, or the option it is
+    tuned over: alpha0.01 for FedDyn), T the rounds tag (see rounds_tag), theory '_theory' where the
+    run logs the theorems' constants (an experiment's `theory: true`), else ''."""
+    setting = "{setting}" if method == "{method}" else experiments.setting_name(method)
+    return f"{dataset}/{method}/{setting}{fmt(mu)}_K{fmt(K)}_E{fmt(E)}{T}{theory}_seed{fmt(seed)}"
 
 
 def run_dir(*args, **kwargs):
@@ -176,6 +179,7 @@ def write_plan(path):
         lr=[dataset_cfg(d)["lr"] for d in PLAN["dataset"]],
         batch_size=[dataset_cfg(d)["batch_size"] for d in PLAN["dataset"]],
         options=[method_options_text(m) for m in PLAN["method"]],
+        setting=[experiments.setting_name(m) for m in PLAN["method"]],
         eval_devices=[dataset_cfg(d).get("eval_devices", "") for d in PLAN["dataset"]],
         **{key: config["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
         run=[run_dir(*run) if run.mu != "tuned" else "" for run in PLAN[list(experiments.RUN_FIELDS)].itertuples(index=False)],
@@ -302,6 +306,7 @@ os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
 wildcard_constraints:
     dataset=alternatives(config["datasets"]),
     method=alternatives(METHODS),
+    setting=alternatives(sorted({ENTRIES[m].method.setting_name for m in METHODS})),
     mu=r"[0-9]+(\.[0-9]+)?",
     K=r"[0-9]+",
     E=r"[0-9]+",

@@ -79,6 +79,8 @@ rule findings:
         ),
     params:
         fraction=lookup(dpath="tuning/fraction", within=config),
+        # the successors' figure holds every K of a dataset in one panel (full-participation methods)
+        panels=lambda w: "--across-k" if config["experiments"][w.experiment]["figure"] == "successors" else "",
     wildcard_constraints:
         experiment=alternatives(figure_experiments()),
     conda:
@@ -92,4 +94,5 @@ rule findings:
     benchmark:
         benchmark_path("findings", "{experiment}")
     shell:
-        "python -m fedsim.warm findings --fraction {params.fraction} --out {output} {input.runs} > {log} 2>&1"
+        "python -m fedsim.warm findings --fraction {params.fraction} {params.panels} --out {output} {input.runs}"
+        " > {log} 2>&1"

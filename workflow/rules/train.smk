@@ -1,4 +1,4 @@
-# Training: one job per (dataset, method, mu, K, E, rounds tag, theory tag, seed).
+# Training: one job per (dataset, method, mu or the method's tuned option, K, E, rounds tag, theory tag, seed).
 # A job killed mid-run (walltime, lost node) continues from its checkpoint when rerun.
 # lr, batch size, the dataset's rounds, selection, second subset, the method's fedsim name and
 # correction term, rng, the init file's path, device, eval_devices and load are params (the init
@@ -22,6 +22,7 @@ rule train:
         selection=lookup(dpath="simulator/selection", within=config),
         second_subset=lookup(dpath="simulator/second_subset", within=config),
         run_args=lambda wildcards: run_args(wildcards.method, wildcards.seed),
+        setting=lambda wildcards: setting_args(wildcards.method, wildcards.mu),
         device=lambda wildcards: train_device(wildcards.dataset),
         eval_args=lambda wildcards: eval_args(wildcards.dataset),
         theory=lambda wildcards: "--theory" if wildcards.theory else "",
@@ -39,7 +40,7 @@ rule train:
         benchmark_path("train", run_stem())
     shell:
         "python -m fedsim.warm train --data {input.data}"
-        " {params.run_args} --mu {wildcards.mu}"
+        " {params.run_args} {params.setting}"
         " --clients-per-round {wildcards.K} --epochs {wildcards.E}"
         " --batch-size {params.batch_size} --lr {params.lr} --rounds {params.rounds}"
         " --seed {wildcards.seed} --selection {params.selection}"

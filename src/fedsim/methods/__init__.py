@@ -258,6 +258,12 @@ def setting_value(config: dict) -> float:
     return float(options[tuned]) if tuned else float(config["mu"])
 
 
+def describe_setting(config: dict) -> str:
+    """'mu=0.01', 'alpha=0.1', ...: what tells a run of its method apart from the others, for logs."""
+    name, _ = resolve(config["method"], options_of(config))
+    return f"{REGISTRY[name].setting_name}={setting_value(config):g}"
+
+
 def options_of(config: dict) -> dict:
     """A config's method options: a dict, or its JSON text (as runs.csv holds it)."""
     options = config.get("options") or {}
