@@ -34,6 +34,11 @@ whatever its `threads`, so that its results do not depend on them.
 
 Also timed: one evaluation of the metrics on all devices (metrics.evaluate), as a share of a
 round made of training plus that evaluation.
+
+--methods times every method of the registry instead: a whole run (fedsim.train.run: local SGD,
+the method's gradients and server update, metrics every round) of --rounds rounds at the same
+settings (methods that need every device at K = all devices), best of --repeats, as seconds per
+round and as a ratio to FedAvg's, measured in the same process and taking turns.
 """
 
 from __future__ import annotations
@@ -181,8 +186,11 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=10)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--device", choices=["cpu", "cuda", "auto"], default="cpu")
+    parser.add_argument("--methods", action="store_true", help="time a run of every method against FedAvg's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.methods:
+        return method_rows(args)
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "synthetic.h5"
@@ -266,6 +274,31 @@ def main() -> None:
     share = mean["evaluation"] / (mean["evaluation"] + fastest)
     print(f"evaluation          {mean['evaluation']:8.4f} s = {100 * share:.1f}% of a round "
           f"(fastest training + evaluation; target <= 20%)")
+
+def method_rows(args) -> None:
+    """Seconds per round of a whole run of each method, and its ratio to FedAvg's (same process)."""
+    from fedsim.methods import TUNED_MU
+    from fedsim.train import run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "synthetic.h5"
+        write_synthetic(path, name="bench", alpha=args.alpha, beta=args.beta, iid=False, seed=0)
+        with FederatedDataset(path) as dataset:
+            devices = dataset.num_devices
+        configs = {}
+        for name, method in REGISTRY.items():
+            k = devices if method.full_participation else args.clients_per_round
+            mu = 0.01 if method.mu != "none" else 0.0  # a proximal term where the method has one
+            configs[name] = RunConfig(data=str(path), method=name, mu=mu, clients_per_round=k, epochs=args.epochs,
+                                      batch_size=args.batch_size, rounds=args.rounds, lr=0.01, device=args.device)
+        timed = best_of(args.repeats, {name: (lambda c=c: run(c)) for name, c in configs.items()})
+    print(f"Synthetic ({args.alpha:g},{args.beta:g}), {args.rounds}-round runs (metrics every round), "
+          f"E={args.epochs}, B={args.batch_size}, best of {args.repeats}:")
+    for name, seconds in timed.items():
+        k = configs[name].clients_per_round
+        print(f"{name:24s} K={k:<3d} {seconds / args.rounds:8.4f} s/round  {seconds / timed['fedavg']:6.2f}x FedAvg"
+              + ("" if REGISTRY[name].setting_name == TUNED_MU else f"  ({REGISTRY[name].setting_name} at its default)"))
+
 
 if __name__ == "__main__":
     main()

@@ -16,7 +16,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .experiments import (LSTM_KINDS, ConfigError, as_list, dataset_sources, experiment_ks, method_kind,
+from .experiments import (LSTM_KINDS, ConfigError, Setting, as_list, dataset_sources, experiment_ks,
+                          method_kind, method_setting,
                           n_devices, synthetic_settings, used_datasets)
 from .methods import ENTRIES, REGISTRY
 
@@ -167,6 +168,10 @@ def _check_results_dir(cfg, project_dir) -> None:
 
 def _check_experiment(cfg, name, exp) -> None:
     where = ["experiments", name]
+    for method in exp["methods"]:
+        if ENTRIES[method].method.full_participation and cfg["simulator"]["selection"] != "uniform":
+            raise ConfigError(["simulator", "selection"], f"must be uniform for {method} (experiment {name}), "
+                                                         "which runs every device each round")
     if name == "tuning" or name.endswith("_test_acc"):
         raise ConfigError(where, "reserved name (tuning and *_test_acc are figure file names)")
     given = [key for key in ("clients_per_round", "clients_fraction") if key in exp]
@@ -177,6 +182,8 @@ def _check_experiment(cfg, name, exp) -> None:
             raise ConfigError(where + ["datasets", i],
                               f"unknown dataset {dataset!r} (defined under datasets: {', '.join(cfg['datasets'])})")
         experiment_ks(cfg, name, dataset)  # raises where K is undefined or too large
+        for method in exp["methods"]:
+            method_setting(cfg, method, Setting(dataset, "", "", ""))  # raises where every device is unknown
         if exp.get("theory") and cfg["datasets"][dataset]["kind"] in LSTM_KINDS:
             raise ConfigError(where + ["theory"], f"the theorems' constants are measured for MCLR models only, not {dataset}")
     if exp.get("figure") == "theory" and not exp.get("theory"):
