@@ -169,3 +169,15 @@ def test_findings_keep_settings_apart_and_refuse_a_method_at_several_mu(tmp_path
     assert table.loc[table["method"] == "feddane", "diverged_seeds"].tolist() == [1, 1]
     with pytest.raises(ValueError, match="several values of its setting"):
         findings(runs + [fake_run(tmp_path, mu=1, K=1, losses=[3, 2, 1, 1])], fraction=0.5)
+
+
+def test_findings_across_k_rank_every_k_of_a_dataset_in_one_panel(tmp_path):
+    """The successors' figure: a method that needs every device (K = 30) beside sampling ones (K = 10)."""
+    runs = [fake_run(tmp_path, method="fedavg", K=10, losses=[3, 2, 1.0]),
+            fake_run(tmp_path, method="fedprox", mu=1, K=10, losses=[3, 2, 2.0]),
+            fake_run(tmp_path, method="fedavg", K=30, losses=[3, 2, 0.5])]
+    apart = findings(runs, fraction=0.5)
+    assert apart[["clients_per_round", "rank"]].values.tolist() == [[10, 1], [10, 2], [30, 1]]  # a first each
+    together = findings(runs, fraction=0.5, across_k=True)
+    assert together[["clients_per_round", "method", "rank"]].values.tolist() == [
+        [30, "fedavg", 1], [10, "fedavg", 2], [10, "fedprox", 3]]
