@@ -85,3 +85,15 @@ def test_the_cli_offers_every_method_and_variant():
     train = build_parser()._subparsers._group_actions[0].choices["train"]
     method = next(a for a in train._actions if a.dest == "method")
     assert list(method.choices) == list(ENTRIES)
+
+
+@pytest.mark.parametrize("text, value", [("False", False), ("false", False), ("0", False), ("True", True),
+                                         ("1", True)])
+def test_a_yes_no_option_reads_command_line_text(text, value):
+    """--option adaptive=False must mean False (bool("False") is True)."""
+    assert RunConfig(data="d.h5", method="sdane", options={"adaptive": text}).options["adaptive"] is value
+
+
+def test_a_yes_no_option_refuses_other_text():
+    with pytest.raises(ValueError, match="adaptive='maybe'"):
+        RunConfig(data="d.h5", method="sdane", options={"adaptive": "maybe"})

@@ -448,7 +448,7 @@ def test_tiny_real_run(tiny_run):
     assert {r["rank"] for r in findings} <= {"1", "2", "3", "4"} and {r["seeds"] for r in findings} == {"1"}
     for row in findings:
         if row["method"].startswith("feddane"):
-            assert float(row["mu"]) == chosen[row["dataset"], row["method"]], row
+            assert row["setting"] == "mu" and float(row["value"]) == chosen[row["dataset"], row["method"]], row
     assert (results / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
     assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K1_E1_seed0.tsv").is_file()
     # up to date afterwards
@@ -621,3 +621,52 @@ def test_authors_config_replays_their_runs(tmp_path):
     assert record["config"]["rng"] == "authors" and record["config"]["second_subset"] == "same"
     assert record["init"]["file"].endswith("init-seed0.npz")
     assert (workdir / "results" / "authors" / "figures" / "figure1.png").stat().st_size > 0
+
+
+# ---------------------------------------------------------------------------------------
+# FedDANE among its successors: every method and variant of the registry through Snakemake
+# ---------------------------------------------------------------------------------------
+
+
+def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_path):
+    """config/successors.yaml's experiment on a tiny dataset, 2 rounds, with every method and variant:
+    full-participation methods at K = all devices, each tuned method over its own setting's grid, the
+    setting in the run's folder, tuned_mu.csv, findings and runs.csv with the costs."""
+    from fedsim.experiments import fmt
+    from fedsim.methods import ENTRIES, REGISTRY
+
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    cfg = default_config()
+    with open(REPO / "config" / "successors.yaml") as handle:
+        successors = yaml.safe_load(handle)
+    assert set(successors["experiments"]["successors"]["methods"]) <= set(ENTRIES)
+    cfg["synthetic"]["devices"] = 8
+    cfg["datasets"] = {"synthetic_1_1": dict(cfg["datasets"]["synthetic_1_1"], rounds=2)}
+    cfg["tuning"]["mu_grid"] = [0, 1]
+    cfg["seeds"] = [0]
+    cfg["experiments"] = {"successors": {**successors["experiments"]["successors"], "datasets": ["synthetic_1_1"],
+                                         "methods": list(ENTRIES), "clients_per_round": 3, "epochs": 1}}
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--cores", "2")
+    assert code == 0, out
+    results = workdir / "results"
+    rows = read_csv(results / "summary" / "runs.csv")
+    assert {r["method"] for r in rows} == set(ENTRIES)
+    for row in rows:
+        method = ENTRIES[row["method"]].method
+        assert row["clients_per_round"] == ("8" if method.full_participation else "3"), row
+        assert int(row["vectors_up"]) > 0 and int(row["gradient_evaluations"]) > 0, row
+    tuned = read_csv(results / "summary" / "tuned_mu.csv")
+    settings = {r["method"]: r["setting"] for r in tuned}
+    for name, entry in ENTRIES.items():
+        if entry.method.tuned:
+            assert settings[name] == entry.method.tuned
+            grid = entry.method.options[entry.method.tuned].grid
+            folders = {p.name.split("_K")[0] for p in (results / "runs" / "synthetic_1_1" / name).iterdir()}
+            assert folders == {f"{entry.method.tuned}{fmt(value)}" for value in grid}, name
+    findings = read_csv(results / "summary" / "findings_successors.csv")
+    assert {r["method"] for r in findings} == set(ENTRIES) and len(findings) == len(ENTRIES)
+    assert {r["clients_per_round"] for r in findings} == {"3", "8"}
+    for ext in ("png", "pdf"):
+        assert (results / "figures" / f"successors.{ext}").stat().st_size > 0
+    assert len(REGISTRY) >= 14

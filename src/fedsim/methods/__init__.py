@@ -87,12 +87,14 @@ class Option:
     def parse(self, name: str, value):
         """The value, converted from command-line text where needed; ValueError naming it if bad."""
         try:
+            if isinstance(self.default, bool) and isinstance(value, str):  # bool("False") is True
+                value = {"true": True, "1": True, "false": False, "0": False}[value.lower()]
             value = type(self.default)(value) if isinstance(value, str) else value
             if isinstance(self.default, float) and isinstance(value, int) and not isinstance(value, bool):
                 value = float(value)
             ok = isinstance(value, type(self.default)) and (not self.choices or value in self.choices)
             ok = ok and (self.minimum is None or (np.isfinite(value) and value > self.minimum))
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, KeyError):
             ok = False
         if not ok:
             allowed = f"one of {', '.join(map(str, self.choices))}" if self.choices else \
