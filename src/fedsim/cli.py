@@ -401,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="run.json files of one figure (one mu per method and setting)")
     p.set_defaults(func=_findings)
 
-    tuned = [name for name, e in ENTRIES.items() if e.method.mu == "tuned"]
+    tuned = [name for name, e in ENTRIES.items() if e.method.tuned_setting]
     p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")
     p.add_argument("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)")
     p.add_argument("--fraction", type=SHARE, default=0.1)

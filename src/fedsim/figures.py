@@ -77,14 +77,18 @@ def setting(record: dict) -> tuple:
     return (record["dataset"]["name"], c["clients_per_round"], c["epochs"], c["rounds"])
 
 
-def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", linestyle: str = "-"):
+def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", linestyle: str = "-",
+           log_x: bool = False):
     """Mean over seeds with a min-max band, per round, where every seed still ran, at the seeds' mean
-    of `x` (a cost differs between seeds: their devices differ). Returns the mean's line."""
+    of `x` (a cost differs between seeds: their devices differ); on a log x axis from the first
+    round that cost something. Returns the mean's line."""
     frames = [m.set_index("round")[column] for m, _ in runs]
     table = pd.concat(frames, axis=1)
-    mean = table.mean(axis=1, skipna=False)
     xs = table.index.to_numpy() if x == "round" else \
         pd.concat([m.set_index("round")[x] for m, _ in runs], axis=1).mean(axis=1).to_numpy()
+    if log_x:
+        table, xs = table[xs > 0], xs[xs > 0]
+    mean = table.mean(axis=1, skipna=False)
     (line,) = ax.plot(xs, mean.to_numpy(), color=color, label=label, lw=1.4, ls=linestyle)
     if len(frames) > 1:
         ax.fill_between(xs, table.min(axis=1), table.max(axis=1), color=color, alpha=0.25, lw=0)
@@ -119,17 +123,17 @@ def _method_runs(runs, method: str, tuned: pd.DataFrame | None):
     return mine
 
 
-def _y_range(ax, lines: dict, metric: str) -> None:
-    """Loss: from 0 to a little above the initial loss and the baselines (FedAvg, FedProx),
-    so a diverging FedDANE cannot squash them; a curve above the range runs along the top edge
+def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | None:
+    """Loss: from 0 to a little above the initial loss and the baselines (FedAvg, FedProx), or to
+    `top`, so a diverging FedDANE cannot squash them; a curve above the range runs along the top edge
     (so it never vanishes), a triangle marks where it left, and its legend entry says how high it
-    went and where it ended. Accuracy: 0 to 1."""
+    went and where it ended. Accuracy: 0 to 1. Returns the loss range's top."""
     if not metric.endswith("loss"):
         ax.set_ylim(0, 1)
-        return
+        return None
     ys = {method: np.asarray(line.get_ydata(), dtype=float) for method, line in lines.items()}
     base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m in BASELINES]
-    top = 1.15 * max(v for v in base if np.isfinite(v))
+    top = top or 1.15 * max(v for v in base if np.isfinite(v))
     ax.set_ylim(0, top)
     for method, y in ys.items():
         if not (y > top).any():
@@ -139,6 +143,7 @@ def _y_range(ax, lines: dict, metric: str) -> None:
         lines[method].set_ydata(np.minimum(y, top))
         lines[method].set_clip_on(False)  # the clipped stretch lies on the top edge itself
         lines[method].set_label(f"{lines[method].get_label()}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}")
+    return top
 
 
 def curve_label(method: str, record: dict, panel_k=None) -> str:
@@ -152,22 +157,27 @@ def curve_label(method: str, record: dict, panel_k=None) -> str:
     return LABELS[method] + (f" ({', '.join(shown)})" if shown else "")
 
 
-def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=None) -> None:
+def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=None, log_x: bool = False,
+           y_top: float | None = None) -> float | None:
+    """Draw one panel's curves; returns its loss range's top (None for accuracy)."""
     lines = {}
     for method in LABELS:
         selected = _method_runs(runs, method, tuned)
         if not selected:
             continue
         label = curve_label(method, selected[0][1], panel_k)
-        lines[method] = _curve(ax, selected, metric, label, COLORS[method], x, LINESTYLES[method])
-    _y_range(ax, lines, metric)
+        lines[method] = _curve(ax, selected, metric, label, COLORS[method], x, LINESTYLES[method], log_x)
+    if log_x:
+        ax.set_xscale("log")
+    top = _y_range(ax, lines, metric, y_top)
     if not legend:
-        return
+        return top
     # below the panel, under its x label: inside, it would cover the curves of an oscillating FedDANE
     # (anchored in points below the axes, under the tick labels and the x label, whatever the panel's height)
     below = transforms.offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, fontsize=7, frameon=False,
               ncol=1, handlelength=2.5, borderaxespad=0)
+    return top
 
 
 def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
@@ -261,23 +271,24 @@ def successors_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
     keys = sorted(panels, key=lambda key: panel_order(panels[key][0][1]))
     rows = ("rounds", "vectors", "gradient_evaluations")
     curves = len({variant_of(record["config"]) for _, record in runs})
-    fig, axes = plt.subplots(len(rows), len(keys), figsize=(3.8 * len(keys), 2.6 * len(rows) + 0.16 * curves),
-                             squeeze=False, gridspec_kw={"height_ratios": [1] * (len(rows) - 1) + [1 + 0.06 * curves]})
+    legend_inches = 0.5 + 0.115 * curves  # the bottom row's legends, a line per curve, under its x labels
+    height = 3.0 * len(rows) + legend_inches
+    fig, axes = plt.subplots(len(rows), len(keys), figsize=(3.9 * len(keys), height), squeeze=False)
     panel_k = min(r["config"]["clients_per_round"] for _, r in runs)  # the sampling methods' K
     for col, key in enumerate(keys):
+        top = None  # the rounds panel's loss range, kept on the cost axes (they start after round 0)
         for row, axis in enumerate(rows):
             ax = axes[row][col]
             x, x_label = X_AXES[axis]
-            _panel(ax, panels[key], tuned, metric, x, legend=row == len(rows) - 1, panel_k=panel_k)
+            top = _panel(ax, panels[key], tuned, metric, x, legend=row == len(rows) - 1, panel_k=panel_k,
+                         log_x=axis != "rounds", y_top=top)
             ax.set_title(dataset_title(panels[key][0][1]), fontsize=10)
             ax.set_xlabel(x_label, fontsize=8)
             ax.set_ylabel(METRICS.get(metric, metric))
-            if axis != "rounds":
-                ax.set_xscale("log")
     first = runs[0][1]["config"]
-    fig.suptitle(f"K = {panel_k} (every device where marked), E = {first['epochs']}, rounds = {first['rounds']}; "
+    fig.suptitle(f"K = {panel_k} (K = all devices where marked), E = {first['epochs']}, rounds = {first['rounds']}; "
                  + band_text(runs), fontsize=10)
-    save(fig, out)
+    save(fig, out)  # tight_layout makes room for the legends below the bottom row (they are the axes')
 
 
 successors = successors_figure
@@ -355,51 +366,62 @@ def _decrease_panel(ax, tables: list[pd.DataFrame]) -> None:
 
 
 def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods=TUNED) -> None:
-    """The tuning criterion (mean training loss over the last rounds) against the tuned setting (mu, or
-    a method's own: FedDyn's alpha, ...), one panel per dataset, one line per tuned method and setting;
-    band: min-max over seeds; a star marks the chosen value, a cross at the top edge a diverged run."""
+    """The tuning criterion (mean training loss over the last rounds) against the tuned setting: one
+    column per dataset, one row per setting (mu; and FedDyn's alpha, S-DANE's lambda, a server lr, ...
+    where such methods are tuned), one line per tuned method and setting; band: min-max over seeds;
+    a star marks the chosen value, a cross at the top edge a diverged run."""
     runs = load_runs(info_paths)
     scores = tuning_scores(runs, methods, fraction)
     first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
     datasets = sorted(set(scores["dataset"]), key=lambda name: panel_order(first[name]))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(3.4 * len(datasets), 3.0), squeeze=False)
-    for ax, name in zip(axes[0], datasets):
-        data = scores[scores["dataset"] == name]
-        finite = data.loc[np.isfinite(data["score"]), "score"]
-        top = 2 * finite.max() if len(finite) else 10.0
-        several = data.groupby(["clients_per_round", "epochs", "rounds"]).ngroups > 1
-        for (variant, k, e, rounds), group in data.groupby(["variant", "clients_per_round", "epochs", "rounds"]):
-            stats = group.groupby("value")["score"].agg(["mean", "min", "max"])
-            label = LABELS[variant] + (f", K={k}, E={e}" if several else "")
-            color = COLORS[variant] if not several else None
-            line = ax.plot(stats.index, stats["mean"].clip(upper=top), "o-", ms=3, label=label, color=color)[0]
-            ax.fill_between(stats.index, stats["min"].clip(upper=top), stats["max"].clip(upper=top),
-                            color=line.get_color(), alpha=0.2, lw=0)
-            dead = stats.index[~np.isfinite(stats["max"])]
-            if len(dead):  # (an empty unclipped line would stretch the layout to the origin)
-                ax.plot(dead, [top] * len(dead), "x", color=line.get_color(), ms=8, clip_on=False)
-            chosen = _tuned_mu(tuned, (name, k, e, rounds), variant)
-            if chosen is not None and chosen in stats.index:
-                ax.plot(chosen, stats.loc[chosen, "mean"], "*", color=line.get_color(), ms=13)
-        grid = sorted(data["value"].unique())
-        ax.set_xscale("symlog", linthresh=min([m for m in grid if m > 0], default=1.0))
-        ax.set_xticks(grid, [f"{m:g}" for m in grid])
-        ax.set_yscale("log")
-        ax.yaxis.set_major_formatter(_log_labels(True))  # plain numbers, not powers of ten
-        ax.yaxis.set_minor_formatter(_log_labels(len(finite) and finite.max() < 10 * finite.min()))
-        if not np.isfinite(data["score"]).all():
-            ax.set_ylim(top=top * 1.05)  # room for the crosses of diverged runs
-        ax.set_title(dataset_title(first[name]), fontsize=10)
-        ax.set_xlabel(", ".join(SYMBOLS.get(n, n) for n in sorted(set(data["setting"]), key=list(SYMBOLS).index)))
-        if several:  # labels and colours differ by panel: each its own legend
-            ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")
-    if not any(each.get_legend() for each in axes[0]):  # a colour per method everywhere: one legend, in the first panel
-        handles = {}
-        for each in axes[0]:
-            handles.update(zip(*reversed(each.get_legend_handles_labels())))
-        axes[0][0].legend(handles.values(), handles.keys(), fontsize=7, framealpha=0.8, edgecolor="none")
-    axes[0][0].set_ylabel(f"training loss, last {fraction:g} of rounds")
+    names = sorted(set(scores["setting"]), key=lambda n: (list(SYMBOLS).index(n) if n in SYMBOLS else len(SYMBOLS), n))
+    fig, axes = plt.subplots(len(names), len(datasets), figsize=(3.4 * len(datasets), 3.0 * len(names)),
+                             squeeze=False)
+    for row, setting_name in enumerate(names):
+        for ax, name in zip(axes[row], datasets):
+            data = scores[(scores["dataset"] == name) & (scores["setting"] == setting_name)]
+            if len(data):
+                _tuning_panel(ax, data, tuned, name)
+            ax.set_title(dataset_title(first[name]), fontsize=10)
+            ax.set_xlabel(SYMBOLS.get(setting_name, setting_name))
+        if not any(each.get_legend() for each in axes[row]):  # a colour per method: one legend, in the first panel
+            handles = {}
+            for each in axes[row]:
+                handles.update(zip(*reversed(each.get_legend_handles_labels())))
+            axes[row][0].legend(handles.values(), handles.keys(), fontsize=7, framealpha=0.8, edgecolor="none")
+        axes[row][0].set_ylabel(f"training loss, last {fraction:g} of rounds")
     save(fig, out)
+
+
+def _tuning_panel(ax, data: pd.DataFrame, tuned, name: str) -> None:
+    """One dataset's tuning curves of one setting (the methods tuned over it)."""
+    finite = data.loc[np.isfinite(data["score"]), "score"]
+    top = 2 * finite.max() if len(finite) else 10.0
+    # a method tuned in several settings (K, E) of the panel: a line and a colour per setting
+    several = data.groupby("variant")[["clients_per_round", "epochs", "rounds"]].nunique().max().max() > 1
+    for (variant, k, e, rounds), group in data.groupby(["variant", "clients_per_round", "epochs", "rounds"]):
+        stats = group.groupby("value")["score"].agg(["mean", "min", "max"])
+        label = LABELS[variant] + (f", K={k}, E={e}" if several else "")
+        color = COLORS[variant] if not several else None
+        line = ax.plot(stats.index, stats["mean"].clip(upper=top), "o-", ms=3, label=label, color=color)[0]
+        ax.fill_between(stats.index, stats["min"].clip(upper=top), stats["max"].clip(upper=top),
+                        color=line.get_color(), alpha=0.2, lw=0)
+        dead = stats.index[~np.isfinite(stats["max"])]
+        if len(dead):  # (an empty unclipped line would stretch the layout to the origin)
+            ax.plot(dead, [top] * len(dead), "x", color=line.get_color(), ms=8, clip_on=False)
+        chosen = _tuned_mu(tuned, (name, k, e, rounds), variant)
+        if chosen is not None and chosen in stats.index:
+            ax.plot(chosen, stats.loc[chosen, "mean"], "*", color=line.get_color(), ms=13)
+    grid = sorted(data["value"].unique())
+    ax.set_xscale("symlog", linthresh=min([m for m in grid if m > 0], default=1.0))
+    ax.set_xticks(grid, [f"{m:g}" for m in grid], rotation=45 if len(grid) > 5 else 0)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(_log_labels(True))  # plain numbers, not powers of ten
+    ax.yaxis.set_minor_formatter(_log_labels(len(finite) and finite.max() < 10 * finite.min()))
+    if not np.isfinite(data["score"]).all():
+        ax.set_ylim(top=top * 1.05)  # room for the crosses of diverged runs
+    if several:  # labels and colours differ by panel: each its own legend
+        ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")
 
 
 def _log_labels(every: bool) -> FuncFormatter:
