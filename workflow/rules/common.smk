@@ -16,6 +16,7 @@ from fedsim import cost, experiments, jobs  # noqa: E402
 from fedsim.configcheck import check_config, load_schema  # noqa: E402
 from fedsim.experiments import LEAF_KINDS, ConfigError, as_list, fmt  # noqa: E402
 from fedsim.jobs import setting_args  # noqa: E402
+from fedsim.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES, USES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
@@ -301,6 +302,10 @@ print_cost_estimate()
 # Not a param: it changes no result, so switching it reruns nothing.
 _warm_start = config["simulator"]["warm_start"] and os.environ.get("FEDSIM_WARM") != "0"  # either may say no
 os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
+# The jobs' progress lines and the cost estimate they compare their pace with (fedsim.progress):
+# output only, so environment, not params (changing them reruns nothing).
+os.environ.update({PROGRESS_ENV: str(config["simulator"]["progress_seconds"]),
+                   cost.CALIBRATION_ENV: results("benchmarks", cost.CALIBRATION_FILE)})
 
 
 wildcard_constraints:
