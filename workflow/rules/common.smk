@@ -253,14 +253,25 @@ def leaf_raw_inputs(dataset):
     return [raw_path(source) for source in dataset_sources(dataset)]
 
 
+def known_tuning():
+    """tuned_mu.csv's rows where some method is tuned (once `tune` has run), else None: an experiment
+    of untuned methods (fedavg, scaffold) has no tuning to wait for."""
+    return tuned_table() if tuning_runs() else None
+
+
+def tuned_inputs(wildcards=None):
+    """tuned_mu.csv, an input of the rules that read it, where some method is tuned."""
+    return [summary_path("tuned_mu.csv")] if tuning_runs() else []
+
+
 def summary_runs(wildcards):
     """Every run, including those known only after tuning."""
-    return all_runs(tuned_table() if after_tuning() else None)
+    return all_runs(known_tuning() if after_tuning() else None)
 
 
 def figure_runs(wildcards):
-    """The runs one figure shows: FedDANE at its chosen mu only."""
-    return experiment_runs(wildcards.experiment, tuned_table(), chosen_only=True)
+    """The runs one figure shows: each tuned method at its chosen value only."""
+    return experiment_runs(wildcards.experiment, known_tuning(), chosen_only=True)
 
 
 def theory_runs(wildcards):
