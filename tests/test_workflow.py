@@ -670,3 +670,26 @@ def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_pa
     for ext in ("png", "pdf"):
         assert (results / "figures" / f"successors.{ext}").stat().st_size > 0
     assert len(REGISTRY) >= 14
+
+
+def test_an_experiment_without_a_tuned_method_runs_to_its_figures(tmp_path):
+    """Nothing to tune: no `tune` job (it used to fail with "--methods: expected at least one
+    argument" after every run had trained), figures and findings without tuned_mu.csv."""
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    cfg = tiny_config()
+    cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=2)}
+    cfg["experiments"] = {
+        "figure1": {"figure": "figure1", "datasets": ["synthetic_iid"], "methods": ["fedavg", "scaffold"],
+                    "clients_per_round": 3, "epochs": 1},
+        "figure2": {"figure": "figure2", "datasets": ["synthetic_iid"], "methods": ["fedavg"],
+                    "clients_per_round": [1, 3], "epochs": 1, "mu_from": "figure1"},
+    }
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--cores", "2")
+    assert code == 0, out
+    results = workdir / "results"
+    assert not (results / "summary" / "tuned_mu.csv").exists()
+    for name in ("figure1", "figure2"):
+        assert (results / "figures" / f"{name}.png").stat().st_size > 0
+        assert (results / "summary" / f"findings_{name}.csv").is_file()
+    assert len(read_csv(results / "summary" / "runs.csv")) == 3

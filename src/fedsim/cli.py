@@ -31,6 +31,7 @@ import sys
 from . import settings
 from .atomic import write_csv
 from .methods import ENTRIES
+from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import Check, RunConfig
 
 
@@ -210,7 +211,11 @@ def _train(args) -> None:
     config = run_config(args)
     checkpoint = (Checkpoint(Path(args.checkpoint), args.checkpoint_every, args.checkpoint_seconds)
                   if args.checkpoint else None)
-    metrics, record = run(config, checkpoint=checkpoint)
+    progress = _progress(config, args.progress_seconds)
+    try:
+        metrics, record = run(config, on_round=progress, checkpoint=checkpoint)
+    finally:
+        progress.close()
     write_run(metrics, record, args.metrics, args.info)
     if checkpoint is not None:
         checkpoint.remove()  # only now: the outputs it stood in for are complete
@@ -218,6 +223,23 @@ def _train(args) -> None:
     status = f"diverged at round {result['diverged_round']}" if result["diverged_round"] is not None else "done"
     print(f"{variant_of(record['config'])} {describe_setting(record['config'])} on {record['dataset']['name']}: {status}, "
           f"final train loss {result['final_train_loss']:.4f}, {result['wall_seconds']:.1f} s")
+
+
+def _progress(config, every: float):
+    """The run's progress lines (fedsim.progress), with the cost model's estimate where it has one."""
+    import dataclasses
+
+    from .cost import run_round_seconds
+    from .data import FederatedDataset
+    from .methods import describe_setting, variant_of
+    from .progress import Progress
+
+    config.validate()  # a missing dataset file is named before it is opened here
+    with FederatedDataset(config.data) as dataset:
+        name, kind = dataset.name, dataset.kind
+    settings = dataclasses.asdict(config)
+    label = f"{variant_of(settings)} {describe_setting(settings)} on {name}"
+    return Progress(label, config.rounds, every=every, estimate=run_round_seconds(config, kind))
 
 
 def _summarise(args) -> None:
@@ -381,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-seconds", type=NON_NEGATIVE, default=settings.CHECKPOINT_SECONDS,
                    help=f"and at least this many seconds between them (default: {settings.CHECKPOINT_SECONDS:g}; "
                         "a shorter run never pays for a save)")
+    p.add_argument("--progress-seconds", type=NON_NEGATIVE, default=progress_seconds(),
+                   help="seconds between two progress lines of a running run, at most one a round (default: "
+                        f"${PROGRESS_ENV} or {PROGRESS_SECONDS:g}; the workflow's simulator.progress_seconds)")
     p.add_argument("--metrics", required=True, help="output: per-round metrics CSV")
     p.add_argument("--info", required=True, help="output: the run's record (JSON)")
     p.set_defaults(func=_train)

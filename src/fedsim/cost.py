@@ -47,6 +47,7 @@ DEFAULTS = {
     "sent140": {"step_s": 0.0129, "row_s": 0.00118, "eval_row_s": 0.00062, "grad_row_s": 0.00083},
 }
 CALIBRATION_FILE = "cost_calibration.json"  # under <results_dir>/benchmarks/
+CALIBRATION_ENV = "FEDSIM_COST_CALIBRATION"  # the workflow names that file to its jobs here
 # The paper's Table 1: devices, mean and stdev of samples per device
 PAPER_TABLE = {"shakespeare": (143, 3616, 6808), "sent140": (772, 53, 32)}
 DEFAULT_TRAIN_FRACTION = 0.8  # LEAF's --tf, the builders' default
@@ -206,6 +207,18 @@ def run_cost(sizes: Sizes, *, rounds, k, epochs, batch_size, consts, gradients="
     eval_rows = share * float(train.sum() + sizes.test.sum())
     per_eval = consts["eval_row_s"] * eval_rows + consts["grad_row_s"] * share * float(g.sum())
     return RunCost(rounds * per_round, rounds * consts["grad_row_s"] * g_rows, (rounds + 1) * per_eval)
+
+
+def run_round_seconds(config, kind: str, constants=None) -> float | None:
+    """The estimate of one round (training, gradients, evaluation) of a run (a RunConfig) on a dataset
+    of `kind`, read from its file; None where the model has none (MCLR datasets, a GPU)."""
+    if kind not in LSTM_KINDS or config.device != "cpu":
+        return None
+    consts = (constants or load_constants(os.environ.get(CALIBRATION_ENV))[0])[kind]
+    cost = run_cost(file_sizes(config.data), rounds=config.rounds, k=config.clients_per_round, epochs=config.epochs,
+                    batch_size=config.batch_size, consts=consts, gradients=ENTRIES[config.method].method.gradients,
+                    eval_devices=config.eval_devices, selection=config.selection)
+    return cost.total_s / max(config.rounds, 1)
 
 
 # ---------------------------------------------------------------------------------------

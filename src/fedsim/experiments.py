@@ -312,5 +312,6 @@ def tuning_runs(cfg, table: pd.DataFrame) -> list[Run]:
 
 
 def after_tuning(cfg) -> bool:
-    """Whether some runs are known only after tuning (an experiment with `mu_from`)."""
-    return any(mu_source(cfg, name) == "from" for name in cfg["experiments"])
+    """Whether some runs are known only after tuning (a tuned method of an experiment with `mu_from`)."""
+    return any(mu_source(cfg, name) == "from" and any(method_kind(m) == "tuned" for m in exp["methods"])
+               for name, exp in cfg["experiments"].items())

@@ -16,6 +16,7 @@ from fedsim import cost, experiments, jobs  # noqa: E402
 from fedsim.configcheck import check_config, load_schema  # noqa: E402
 from fedsim.experiments import LEAF_KINDS, ConfigError, as_list, fmt  # noqa: E402
 from fedsim.jobs import setting_args  # noqa: E402
+from fedsim.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES, USES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
@@ -252,14 +253,25 @@ def leaf_raw_inputs(dataset):
     return [raw_path(source) for source in dataset_sources(dataset)]
 
 
+def known_tuning():
+    """tuned_mu.csv's rows where some method is tuned (once `tune` has run), else None: an experiment
+    of untuned methods (fedavg, scaffold) has no tuning to wait for."""
+    return tuned_table() if tuning_runs() else None
+
+
+def tuned_inputs(wildcards=None):
+    """tuned_mu.csv, an input of the rules that read it, where some method is tuned."""
+    return [summary_path("tuned_mu.csv")] if tuning_runs() else []
+
+
 def summary_runs(wildcards):
     """Every run, including those known only after tuning."""
-    return all_runs(tuned_table() if after_tuning() else None)
+    return all_runs(known_tuning() if after_tuning() else None)
 
 
 def figure_runs(wildcards):
-    """The runs one figure shows: FedDANE at its chosen mu only."""
-    return experiment_runs(wildcards.experiment, tuned_table(), chosen_only=True)
+    """The runs one figure shows: each tuned method at its chosen value only."""
+    return experiment_runs(wildcards.experiment, known_tuning(), chosen_only=True)
 
 
 def theory_runs(wildcards):
@@ -301,6 +313,10 @@ print_cost_estimate()
 # Not a param: it changes no result, so switching it reruns nothing.
 _warm_start = config["simulator"]["warm_start"] and os.environ.get("FEDSIM_WARM") != "0"  # either may say no
 os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
+# The jobs' progress lines and the cost estimate they compare their pace with (fedsim.progress):
+# output only, so environment, not params (changing them reruns nothing).
+os.environ.update({PROGRESS_ENV: str(config["simulator"]["progress_seconds"]),
+                   cost.CALIBRATION_ENV: results("benchmarks", cost.CALIBRATION_FILE)})
 
 
 wildcard_constraints:

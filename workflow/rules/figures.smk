@@ -6,7 +6,7 @@ rule figure:
     """Plot one experiment (training loss, and test accuracy beside it), FedDANE at its
     tuned mu."""
     input:
-        tuned=summary_path("tuned_mu.csv"),
+        tuned=tuned_inputs,
         runs=infos_of(figure_runs),
         metrics=metrics_of(figure_runs),
         code=code_fingerprint("figures"),
@@ -27,6 +27,7 @@ rule figure:
         ),
     params:
         command=lookup(dpath="experiments/{experiment}/figure", within=config),
+        tuned=lambda wildcards, input: f"--tuned {input.tuned}" if input.tuned else "",
         x_axis=lookup(dpath="figures/x_axis", within=config),
     wildcard_constraints:
         experiment=alternatives(figure_experiments()),
@@ -41,9 +42,9 @@ rule figure:
     benchmark:
         benchmark_path("figure", "{experiment}")
     shell:
-        "(python -m fedsim.warm {params.command} --tuned {input.tuned} --x-axis {params.x_axis}"
+        "(python -m fedsim.warm {params.command} {params.tuned} --x-axis {params.x_axis}"
         " --out {output.pdf} {input.runs}"
-        " && python -m fedsim.warm {params.command} --tuned {input.tuned} --x-axis {params.x_axis}"
+        " && python -m fedsim.warm {params.command} {params.tuned} --x-axis {params.x_axis}"
         " --metric test_acc --out {output.acc_pdf} {input.runs}) > {log} 2>&1"
 
 

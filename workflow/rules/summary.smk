@@ -66,7 +66,7 @@ rule findings:
     """A figure in numbers: per setting and curve, the tail means over the seeds, their min and
     max, the ranking by tail loss and whether every seed alone ranks the same."""
     input:
-        tuned=summary_path("tuned_mu.csv"),
+        tuned=tuned_inputs,
         runs=infos_of(figure_runs),
         metrics=metrics_of(figure_runs),
         code=code_fingerprint("summary"),
