@@ -3,8 +3,10 @@
 import numpy as np
 import torch
 
+from fedsim.data import FederatedDataset
 from fedsim.engine import ENGINES, SGDSettings, local_steps
 from fedsim.methods import RoundContext
+from fedsim.models import MCLR
 
 from tiny import tiny_clients, tiny_params
 
@@ -64,3 +66,18 @@ def local_models(method, mu, solvers, gradient_devices=None, epochs=3, engine="b
 def device_arrays(clients, device):
     x, y, _ = clients.subset([device])
     return x.numpy(), y.numpy()
+
+
+def train_split(path):
+    """A dataset file's whole train split as MCLR reads it: (model, x with its bias column, y, offsets)."""
+    with FederatedDataset(path) as dataset:
+        train = dataset.load("train")
+        model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
+    return model, model.prepare_inputs(torch.from_numpy(train.x).double()).numpy(), train.y, train.offsets
+
+
+def mean_loss(w, x, y):
+    """The mean cross-entropy of the samples x (bias column included), labels y, at weights w."""
+    shifted = x @ w
+    shifted = shifted - shifted.max(1, keepdims=True)
+    return np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(y)), y])

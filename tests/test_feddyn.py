@@ -9,10 +9,9 @@ import torch
 from fedsim.data import FederatedDataset
 from fedsim.engine import ENGINES, SGDSettings
 from fedsim.methods import feddyn, setting_value
-from fedsim.models import MCLR
 from fedsim.train import SELECTION_STREAM, Checkpoint, RunConfig, _fingerprint, initial_params, run, select_devices
 
-from methods_common import LR, context, device_arrays, hand_local_sgd, numpy_grad
+from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, numpy_grad
 from tiny import tiny_clients, tiny_dataset, tiny_params
 
 METHOD = feddyn.METHOD
@@ -109,11 +108,7 @@ def test_all_devices_one_full_batch_step_and_alpha_lr_1_is_optimistic_gradient_d
     config = RunConfig(data=data, method="feddyn", clients_per_round=8, epochs=1, batch_size=10_000, lr=lr,
                        rounds=rounds, dtype="float64", options={"alpha": 1 / lr, "weighting": weighting})
     metrics, _ = run(config)
-    with FederatedDataset(data) as dataset:
-        train = dataset.load("train")
-        model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
-    x = model.prepare_inputs(torch.from_numpy(train.x).double()).numpy()
-    y, offsets = train.y, train.offsets
+    model, x, y, offsets = train_split(data)
     n = np.diff(offsets)
     p = np.full(len(n), 1 / len(n)) if weighting == "paper" else n / n.sum()
 
@@ -124,9 +119,7 @@ def test_all_devices_one_full_batch_step_and_alpha_lr_1_is_optimistic_gradient_d
     w = initial_params(config, model, torch.float64).numpy()
     previous, losses = np.zeros_like(w), []
     for t in range(rounds + 1):
-        logits = x @ w
-        shifted = logits - logits.max(1, keepdims=True)
-        losses.append(np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(y)), y]))
+        losses.append(mean_loss(w, x, y))
         current = grad_f(w)
         w, previous = w - lr * (2 * current - previous), current
     np.testing.assert_allclose(metrics["train_loss"].to_numpy(), losses, rtol=1e-10)

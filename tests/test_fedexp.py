@@ -5,13 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.data import FederatedDataset
 from fedsim.engine import ENGINES, SGDSettings
 from fedsim.methods import fedexp
-from fedsim.models import MCLR
 from fedsim.train import RunConfig, initial_params, run
 
-from methods_common import LR, context, local_models, numpy_grad
+from methods_common import mean_loss, train_split, LR, context, local_models, numpy_grad
 from tiny import tiny_clients, tiny_dataset, tiny_params
 
 SOLVERS = [4, 2, 3]
@@ -144,21 +142,15 @@ def test_a_run_with_the_authors_reported_model_matches_hand_computation(data):
     config = RunConfig(data=data, method="fedexp", clients_per_round=8, epochs=1, batch_size=10_000, lr=lr,
                        rounds=rounds, dtype="float64", engine="loop", options={"eps": eps, "reported": "authors"})
     metrics, _ = run(config)
-    with FederatedDataset(data) as dataset:
-        train = dataset.load("train")
-        model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
-    x = model.prepare_inputs(torch.from_numpy(train.x).double()).numpy()
-    y, offsets = train.y, train.offsets
+    model, x, y, offsets = train_split(data)
     sizes = np.diff(offsets)
     a = sizes / sizes.sum()
 
     def loss(w):
-        logits = x @ w
-        shifted = logits - logits.max(1, keepdims=True)
-        return np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(y)), y])
+        return mean_loss(w, x, y)
 
     w = initial_params(config, model, torch.float64).numpy()
-    losses, etas, previous = [loss(w)], [], None
+    losses, etas = [loss(w)], []
     for t in range(rounds):
         local = np.stack([w - lr * numpy_grad(w, x[s:e], y[s:e], model.num_classes)
                           for s, e in zip(offsets[:-1], offsets[1:])])

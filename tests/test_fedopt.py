@@ -7,12 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.data import FederatedDataset
 from fedsim.methods import fedopt, setting_value, variant_of
-from fedsim.models import MCLR
 from fedsim.train import RunConfig, initial_params, run
 
-from methods_common import context, local_models, numpy_grad
+from methods_common import mean_loss, train_split, context, local_models, numpy_grad
 from tiny import tiny_dataset
 
 SOLVERS = [4, 2, 3]
@@ -99,17 +97,11 @@ def test_a_run_with_every_device_and_one_full_batch_step_is_the_optimiser_on_min
                        rounds=rounds, dtype="float64", engine="loop",
                        options={"server_lr": server_lr, "bias_correction": "kingma", "v0": "zero"})
     metrics, _ = run(config)
-    with FederatedDataset(data) as dataset:
-        train = dataset.load("train")
-        model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
-    x = model.prepare_inputs(torch.from_numpy(train.x).double()).numpy()
-    y = train.y
+    model, x, y, offsets = train_split(data)
     w = initial_params(config, model, torch.float64).numpy()
     m, v, losses = np.zeros_like(w), np.zeros_like(w), []
     for t in range(rounds + 1):
-        logits = x @ w
-        shifted = logits - logits.max(1, keepdims=True)
-        losses.append(np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(y)), y]))
+        losses.append(mean_loss(w, x, y))
         delta = -lr * numpy_grad(w, x, y, model.num_classes)
         m = BETA1 * m + (1 - BETA1) * delta
         v = v - (1 - BETA2) * delta**2 * np.sign(v - delta**2)

@@ -5,14 +5,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.data import FederatedDataset
 from fedsim.engine import ENGINES, SGDSettings
 from fedsim.methods import mimelite
 from fedsim.metrics import COLUMNS
-from fedsim.models import MCLR
 from fedsim.train import RunConfig, initial_params, run
 
-from methods_common import LR, context, device_arrays, hand_local_sgd, numpy_grad
+from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, numpy_grad
 from tiny import tiny_clients, tiny_dataset, tiny_params
 
 SOLVERS = [4, 2, 3]
@@ -69,15 +67,9 @@ def test_every_device_and_one_full_batch_step_is_sgd_with_momentum_on_f(data, be
     config = RunConfig(data=data, method="mimelite", clients_per_round=8, epochs=1, batch_size=10_000, lr=lr,
                        rounds=rounds, dtype="float64", engine="loop", options={"beta": beta, "server_lr": server_lr})
     metrics, _ = run(config)
-    with FederatedDataset(data) as dataset:
-        train = dataset.load("train")
-        model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
-    x = model.prepare_inputs(torch.from_numpy(train.x).double()).numpy()
-    y = train.y
+    model, x, y, offsets = train_split(data)
     def loss(w):
-        logits = x @ w
-        shifted = logits - logits.max(1, keepdims=True)
-        return np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(y)), y])
+        return mean_loss(w, x, y)
 
     w = gd = initial_params(config, model, torch.float64).numpy()
     m, losses, gd_losses = np.zeros_like(w), [], []

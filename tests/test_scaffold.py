@@ -7,10 +7,9 @@ import torch
 
 from fedsim.data import FederatedDataset
 from fedsim.methods import scaffold
-from fedsim.models import MCLR
 from fedsim.train import SELECTION_STREAM, Checkpoint, RunConfig, initial_params, run, select_devices
 
-from methods_common import LR, context, device_arrays, hand_local_sgd, local_models, numpy_grad
+from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, local_models, numpy_grad
 from tiny import tiny_clients, tiny_dataset, tiny_params
 
 
@@ -67,17 +66,11 @@ def test_all_devices_and_one_full_batch_step_is_gradient_descent_on_f(data):
     config = RunConfig(data=data, method="scaffold", clients_per_round=8, epochs=1, batch_size=10_000, lr=lr,
                        rounds=rounds, dtype="float64", engine="loop")
     metrics, _ = run(config)
-    with FederatedDataset(data) as dataset:
-        train = dataset.load("train")
-        model = MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
-    x = model.prepare_inputs(torch.from_numpy(train.x).double()).numpy()
-    y = train.y
+    model, x, y, offsets = train_split(data)
     w = initial_params(config, model, torch.float64).numpy()
     losses = []
     for t in range(rounds + 1):
-        logits = x @ w
-        shifted = logits - logits.max(1, keepdims=True)
-        losses.append(np.mean(np.log(np.exp(shifted).sum(1)) - shifted[np.arange(len(y)), y]))
+        losses.append(mean_loss(w, x, y))
         w = w - lr * numpy_grad(w, x, y, model.num_classes)
     np.testing.assert_allclose(metrics["train_loss"].to_numpy(), losses, rtol=1e-10)
 
