@@ -27,6 +27,7 @@ the file, and `Clients.locate` turns indices into its own positions.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -110,13 +111,28 @@ def local_steps(sizes: np.ndarray, settings: SGDSettings) -> np.ndarray:
     return settings.epochs * -(-np.asarray(sizes, dtype=np.int64) // settings.batch_size)
 
 
-def batch_plan(size: int, settings: SGDSettings, round_: int, device: int) -> np.ndarray:
+def local_samples(sizes: np.ndarray, settings: SGDSettings, steps: int | None = None) -> int:
+    """Per-sample gradients the devices' local SGD computes: every sample each epoch, or with `steps`
+    steps each, whole epochs and then full batches (an epoch's last, partial batch is never reached)."""
+    sizes = np.asarray(sizes, dtype=np.int64)
+    if steps is None:
+        return int(settings.epochs * sizes.sum())
+    epochs, rest = np.divmod(steps, -(-sizes // settings.batch_size))
+    return int((epochs * sizes + rest * settings.batch_size).sum())
+
+
+def batch_plan(size: int, settings: SGDSettings, round_: int, device: int, steps: int | None = None) -> np.ndarray:
     """Local row indices of every mini-batch, (steps, batch_size), padded with -1.
 
     Each epoch visits the device's samples in a fresh seeded order (`shuffle: authors`: the
     authors' compounding in-place shuffle instead); the last batch of an epoch holds the
-    remainder (as in the reference code, which never drops samples).
+    remainder (as in the reference code, which never drops samples). `steps`: that many steps
+    instead of E epochs (Scaffnew's random local work): the first batches of as many epochs as
+    they need.
     """
+    if steps is not None:
+        per_epoch = -(-size // settings.batch_size)
+        return batch_plan(size, dataclasses.replace(settings, epochs=-(-steps // per_epoch)), round_, device)[:steps]
     if settings.shuffle == "authors":
         return authors.batch_plan(size, settings.batch_size, settings.epochs, int(settings.epochs_done[device]))
     per_epoch = -(-size // settings.batch_size)
@@ -141,9 +157,12 @@ def local_sgd_loop(model, params, problem: LocalProblem, clients: Clients, devic
     for j, (device, k) in enumerate(zip(devices, clients.locate(devices))):
         w = params.clone().requires_grad_(True)
         base = int(clients.offsets[k])
-        for batch in batch_plan(int(clients.sizes[k]), settings, round_, int(device)):
+        for batch in batch_plan(int(clients.sizes[k]), settings, round_, int(device), problem.steps):
             rows = torch.from_numpy(batch[batch >= 0] + base).to(clients.x.device)
             (grad,) = torch.autograd.grad(model.loss(w, clients.x[rows], clients.y[rows]), w)
+            if problem.anchor is not None:  # minus the same batch's gradient at the anchor (Mime)
+                at = problem.anchor.clone().requires_grad_(True)
+                grad = grad - torch.autograd.grad(model.loss(at, clients.x[rows], clients.y[rows]), at)[0]
             with torch.no_grad():
                 if problem.correction is not None:
                     grad = grad + problem.correction[j]
@@ -169,7 +188,7 @@ def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, de
     if hasattr(model, "stacked_grads"):
         return local_sgd_stacked(model, params, problem, clients, devices, settings, round_)
     devices = np.asarray(devices, dtype=np.int64)
-    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
+    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
     lr, mu = settings.lr, problem.mu
     stacked = params.mT.expand(len(devices), *params.mT.shape).contiguous()
     constant = None  # lr (mu w0 - c_k)^T: the part of every step that does not depend on V
@@ -179,6 +198,7 @@ def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, de
             constant = constant - lr * problem.correction[torch.from_numpy(order).to(params.device)]
         constant = constant.mT.expand_as(stacked).contiguous()
 
+    anchor = None if problem.anchor is None else problem.anchor.mT.expand_as(stacked).contiguous()
     chunks = list(_chunks(steps, chunk_steps, settings.batch_size))
     most = max(((stop - start) * active for start, stop, active in chunks), default=0) * settings.batch_size
     buffers = clients.x.new_empty(2, most, clients.x.shape[1])
@@ -186,8 +206,11 @@ def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, de
         index = rows[first[:active] + np.arange(start, stop)[:, None]]  # (T, active, B)
         x_w, x_t, y_t = _chunk_inputs(clients, index, model.num_classes, buffers)
         v, shift = stacked[:active], None if constant is None else constant[:active]  # slicing per step costs
+        at = None if anchor is None else anchor[:active]
         for x_t_s, x_w_s, y_t_s in zip(x_t.unbind(0), x_w.unbind(0), y_t.unbind(0)):
-            residual = torch.bmm(v, x_t_s).softmax(1).sub_(y_t_s)
+            # minus one-hot labels; with an anchor (Mime), minus the softmax there (the labels cancel)
+            target = y_t_s if at is None else torch.bmm(at, x_t_s).softmax(1)
+            residual = torch.bmm(v, x_t_s).softmax(1).sub_(target)
             v.baddbmm_(residual, x_w_s, beta=1 - lr * mu, alpha=-lr)
             if shift is not None:
                 v.add_(shift)
@@ -202,7 +225,7 @@ def local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, de
     weighs 0 and the others 1 / (real samples in the batch): each device's batch-mean loss.
     """
     devices = np.asarray(devices, dtype=np.int64)
-    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
+    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
     lr, mu = settings.lr, problem.mu
     stacked = params.expand(len(devices), *params.shape).clone()
     correction = None
@@ -216,6 +239,9 @@ def local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, de
         weight = real / real.sum(-1, keepdim=True).clamp(min=1)
         w = stacked[:active]
         grad = model.stacked_grads(w, clients.x[index], clients.y[index], weight.to(w.dtype))
+        if problem.anchor is not None:  # minus the same batches' gradients at the anchor (Mime)
+            at = problem.anchor.expand_as(w).clone()
+            grad = grad - model.stacked_grads(at, clients.x[index], clients.y[index], weight.to(w.dtype))
         if correction is not None:
             grad = grad + correction[:active]
         if mu:
@@ -231,10 +257,11 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     if not kernel_fits(model, params):
         raise ValueError("the kernel engine runs MCLR models on the CPU (use batched)")
     devices = np.asarray(devices, dtype=np.int64)
-    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_)
+    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
     correction = None if problem.correction is None else problem.correction.numpy()[order]
+    anchor = None if problem.anchor is None else problem.anchor.numpy()
     out = kernel.local_sgd(*clients.kernel_inputs(), rows, first, steps, params.numpy(), correction, settings.lr,
-                           problem.mu)
+                           problem.mu, anchor)
     return torch.from_numpy(out[np.argsort(order)])
 
 
@@ -278,15 +305,23 @@ def kernel_fits(model, params) -> bool:
     return not hasattr(model, "stacked_grads") and params.device.type == "cpu"
 
 
-def _stacked_plans(clients: Clients, devices, settings, round_):
+def _stacked_plans(clients: Clients, devices, settings, round_, fixed_steps: int | None = None):
     """Every device's batch plan as rows of `clients` (padding -> sentinel), longest first.
 
     Returns rows (total steps, B) with device order[j]'s steps at first[j]:first[j] + steps[j].
     One flat array rather than a (max steps, K, B) box: one long device next to K = 1000
-    short ones would make the box mostly padding.
+    short ones would make the box mostly padding. `fixed_steps`: that many steps each (batch_plan).
     """
     pos = clients.locate(devices)
     sizes = clients.sizes[pos]
+    if fixed_steps is not None:
+        plans = [batch_plan(int(n), settings, round_, int(d), fixed_steps) for n, d in zip(sizes, devices)]
+        steps = np.full(len(devices), fixed_steps, dtype=np.int64)
+        order = np.arange(len(devices))
+        first = np.arange(len(devices), dtype=np.int64) * fixed_steps
+        local = np.concatenate(plans) if plans else np.empty((0, settings.batch_size), dtype=np.int64)
+        start = np.repeat(clients.offsets[pos], fixed_steps)[:, None]
+        return np.where(local >= 0, local + start, clients.sentinel), first, steps, order
     if settings.shuffle == "authors":
         plans = [batch_plan(int(n), settings, round_, int(d)) for n, d in zip(sizes, devices)]
         steps = np.array([len(p) for p in plans], dtype=np.int64)

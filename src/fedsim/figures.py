@@ -40,7 +40,7 @@ LINESTYLES = {name: DASHES[i % len(DASHES)] for i, name in enumerate(ENTRIES)}
 MIN_WIDTH = 5.5  # inches: a one-panel figure still holds its title and legend
 LEGEND_DROP_PT = 30  # a panel's legend starts this far below its axes: under tick labels and x label
 TUNED = tuple(name for name, e in ENTRIES.items() if e.method.tuned_setting)
-SYMBOLS = {"mu": "μ", "alpha": "α", "lambda": "λ", "server_lr": "η_s", "eps": "ε"}  # a setting's name in legends
+SYMBOLS = {"mu": "μ", "alpha": "α", "lambda": "λ", "server_lr": "η_s", "eps": "ε", "p": "p"}  # a setting's name in legends
 
 
 def _provenance(record: dict) -> dict:

@@ -24,14 +24,18 @@ import numpy as np
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
-def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # pragma: no cover (compiled)
+def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, out):  # pragma: no cover (compiled)
     # Weights transposed, V = W^T (classes, features): the logits are dot products and the gradient
     # axpys over contiguous features, which the compiler vectorises ("reassoc" lets it reorder the
     # dot products' sums: the same order on a given machine, not torch's; NaN and inf keep their
     # meaning, so a diverging run still shows as one).
+    # With an `anchor` (one row per class; none: zero rows), each sample's gradient is taken minus its
+    # gradient at the anchor (Mime's SVRG-style step): the one-hot terms cancel, p - q remains.
     classes, features = v0.shape
     batch, sentinel, one = rows.shape[1], x.shape[0] - 1, zero + 1
+    anchored = anchor.shape[0] > 0
     p = np.empty(classes, dtype=v0.dtype)
+    q = np.empty(classes, dtype=v0.dtype)
     grad = np.empty_like(v0)
     for k in range(first.shape[0]):
         v = out[k]
@@ -59,7 +63,12 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # 
                 inverse = one / total
                 for c in range(classes):
                     p[c] *= inverse
-                p[y[r]] -= 1
+                if anchored:
+                    _softmax_into(q, anchor, xr, zero)
+                    for c in range(classes):
+                        p[c] -= q[c]
+                else:
+                    p[y[r]] -= 1
                 for c in range(classes):
                     pc, gc = p[c], grad[c]
                     for d in range(features):
@@ -68,6 +77,26 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, out):  # 
             for c in range(classes):
                 for d in range(features):
                     v[c, d] -= lr * (grad[c, d] * scale + correction[k, c, d] + mu * (v[c, d] - v0[c, d]))
+
+
+@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy", inline="always")
+def _softmax_into(q, v, xr, zero):  # pragma: no cover (compiled)
+    # q <- softmax(v xr), v one row per class
+    classes, features = v.shape
+    for c in range(classes):
+        acc = zero
+        vc = v[c]
+        for d in range(features):
+            acc += xr[d] * vc[d]
+        q[c] = acc
+    top = q.max()
+    total = zero
+    for c in range(classes):
+        q[c] = math.exp(q[c] - top)
+        total += q[c]
+    inverse = (zero + 1) / total
+    for c in range(classes):
+        q[c] *= inverse
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
@@ -150,9 +179,11 @@ def padded(x: np.ndarray) -> np.ndarray:
 
 
 def local_sgd(x: np.ndarray, y: np.ndarray, rows: np.ndarray, first: np.ndarray, steps: np.ndarray,
-              w0: np.ndarray, correction: np.ndarray | None, lr: float, mu: float) -> np.ndarray:
+              w0: np.ndarray, correction: np.ndarray | None, lr: float, mu: float,
+              anchor: np.ndarray | None = None) -> np.ndarray:
     """Local models (devices, features + 1, classes) of the devices whose steps are rows[first[k]:
-    first[k] + steps[k]] (rows of x, as `padded` gives it; its last row is the zero sentinel)."""
+    first[k] + steps[k]] (rows of x, as `padded` gives it; its last row is the zero sentinel); with an
+    `anchor` model, each step's batch gradient minus the same batch's gradient there."""
     dtype, (features, classes) = w0.dtype.type, w0.shape
     v0 = np.zeros((classes, x.shape[1]), dtype=w0.dtype)  # zero weights on the padding columns
     v0[:, :features] = w0.T
@@ -160,6 +191,9 @@ def local_sgd(x: np.ndarray, y: np.ndarray, rows: np.ndarray, first: np.ndarray,
     pad = np.zeros_like(out)
     if correction is not None:
         pad[:, :, :features] = correction.transpose(0, 2, 1)
+    at = np.zeros((0 if anchor is None else classes, x.shape[1]), dtype=w0.dtype)
+    if anchor is not None:
+        at[:, :features] = anchor.T
     _local_sgd(x, y, rows, first.astype(np.int64), steps.astype(np.int64), v0, pad, dtype(lr), dtype(mu),
-               dtype(0), out)
+               dtype(0), at, out)
     return out[:, :, :features].transpose(0, 2, 1)

@@ -63,6 +63,24 @@ def hessian_max(model, params: torch.Tensor, x: torch.Tensor, start: torch.Tenso
     return value, v
 
 
+class LocalHessians:
+    """Some devices' local Hessians at one model (MCLR): their products with one vector each, and
+    their top eigenvalues. `count(samples)` is told the per-sample products each call computes."""
+
+    def __init__(self, model, params: torch.Tensor, rows: list[torch.Tensor], count=lambda samples: None):
+        self.model, self.params, self.rows, self.count = model, params, rows, count
+        self.probabilities_t = [torch.softmax(model.logits(params, x), dim=-1).mT.contiguous() for x in rows]
+
+    def product(self, vectors: torch.Tensor) -> torch.Tensor:
+        """H_k V_k for each device k, vectors (devices, *params.shape)."""
+        self.count(sum(len(x) for x in self.rows))
+        return torch.stack([_hessian_vector_t(x, p, v) for x, p, v in zip(self.rows, self.probabilities_t, vectors)])
+
+    def largest(self) -> list[float]:
+        """Each device's top Hessian eigenvalue (power iteration)."""
+        return [hessian_max(self.model, self.params, x)[0] for x in self.rows]
+
+
 def inexactness(w0: torch.Tensor, local_models: torch.Tensor, mu: float, correction, grads_at_start: torch.Tensor,
                 grads_at_end: torch.Tensor) -> float:
     """Mean over the solvers of ||grad P_k(w_k)|| / ||grad P_k(w0)||, from each solver's local

@@ -51,7 +51,7 @@ from . import __version__
 from .atomic import atomic_path
 from .data import FederatedDataset
 from . import authors
-from .engine import ENGINES, Clients, SGDSettings, all_device_grads, device_grads, local_steps
+from .engine import ENGINES, Clients, SGDSettings, all_device_grads, device_grads, local_samples, local_steps
 from .methods import ENTRIES, RoundContext, get_method, traffic, variant_of
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
@@ -124,6 +124,8 @@ def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
         initial_params(config, model, dtype)
     if config.theory and not hasattr(model, "tensors"):
         raise ValueError("bad run setting theory=True: the theorems' constants are measured for the MCLR models only")
+    if config.theory and get_method(config.method).local_solver is not None:
+        raise ValueError(f"bad run setting theory=True: {config.method} solves no local problem the theorems describe")
 
 
 def input_layout(model, dtype: torch.dtype) -> tuple[int, torch.dtype]:
@@ -322,6 +324,15 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
             return known[key]
         return grads
 
+    def hessians_at(params, train: Clients):
+        def count(samples: int) -> None:  # a per-sample Hessian-vector product costs about two gradients
+            counts["gradient_evaluations"] += 2 * samples
+
+        def hessians(devices: np.ndarray):
+            from .theory import LocalHessians
+            return LocalHessians(model, params, [train.subset([k])[0] for k in devices], count)
+        return hessians
+
     def grads_at(train: Clients):
         def grads(points: torch.Tensor, devices: np.ndarray) -> torch.Tensor:
             devices = np.asarray(devices)
@@ -369,16 +380,20 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         train = data.round_train(np.concatenate([gradient_devices, solvers]))
         ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
                            device_grads=device_grads_at(params, train), weights=weights, model=model,
-                           mu=config.mu, options=config.options, lr=config.lr, sizes=data.sizes,
+                           mu=config.mu, seed=config.seed, options=config.options, lr=config.lr, sizes=data.sizes,
                            local_steps=lambda devices: local_steps(data.sizes[devices], settings),
-                           grads_at=grads_at(train))
+                           grads_at=grads_at(train), hessians=hessians_at(params, train))
         method_state = {k[len("method."):]: v for k, v in state.items() if k.startswith("method.")}
-        problem = method.local_problem(ctx, method_state)
         started = time.perf_counter()
-        w0 = params if problem.center is None else problem.center
-        local_models = local_sgd(model, w0, problem, train, solvers, settings, t)
+        if method.local_solver is not None:  # a local solver of the method's own (DONE)
+            problem, local_models = None, method.local_solver(ctx, method_state)
+        else:
+            problem = method.local_problem(ctx, method_state)
+            w0 = params if problem.center is None else problem.center
+            local_models = local_sgd(model, w0, problem, train, solvers, settings, t)
+            anchored = 2 if problem.anchor is not None else 1  # and the same batches' gradients at the anchor
+            counts["gradient_evaluations"] += anchored * local_samples(data.sizes[solvers], settings, problem.steps)
         clock["local_sgd"] += time.perf_counter() - started
-        counts["gradient_evaluations"] += config.epochs * int(data.sizes[solvers].sum())  # every epoch visits every sample
         if config.theory:
             constants, state["theory_vector"] = measure_theory(model, params, problem, local_models, train, solvers,
                                                                data.eval_train, rows[-1], state["theory_vector"])

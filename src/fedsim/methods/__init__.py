@@ -6,6 +6,9 @@ A method is three pure functions over explicit state (as FedJAX's and optax's al
     local_problem(ctx, state)               -> LocalProblem   # what each solving device minimises
     server_update(ctx, state, local_models) -> (params, state)
 
+(or, for a method whose devices do not run SGD on such a problem, `local_solver(ctx, state) ->
+local_models` in place of local_problem: DONE's Richardson iterations on Hessian-vector products).
+
 Every local problem is one choice, per solving device k, of
 
     min_w  F_k(w) + <c_k, w - w0> + mu/2 ||w - w0||^2,
@@ -52,6 +55,8 @@ class LocalProblem:
     mu: float
     correction: torch.Tensor | None  # (solvers, *params.shape), or None for no linear term
     center: torch.Tensor | None = None  # w0: where SGD starts and the proximal term is centred (None: the model)
+    steps: int | None = None  # SGD steps every solver takes this round (None: E epochs; Scaffnew draws them)
+    anchor: torch.Tensor | None = None  # each step's batch gradient minus the same batch's gradient here (Mime)
 
 
 @dataclass
@@ -66,10 +71,14 @@ class RoundContext:
     weights: Callable[[np.ndarray], torch.Tensor]       # aggregation weights, summing to 1
     model: object = None                       # the model (its tensor layout, for methods that need it)
     mu: float = 0.0                            # the run's mu
+    seed: int = 0                              # the run's seed: a method's own draws are keyed by (seed, round)
     options: dict = field(default_factory=dict)  # the method's settings, every one filled in
     lr: float = 0.0                            # the local learning rate
     sizes: np.ndarray | None = None            # every device's number of training samples
     local_steps: Callable[[np.ndarray], np.ndarray] | None = None  # SGD steps each device takes
+    # the devices' local Hessians at params (MCLR): .product(V) -> H_k V_k per device, .largest() -> their
+    # top eigenvalues; for methods with a local solver of their own (DONE)
+    hessians: Callable[[np.ndarray], Any] | None = None
     # full local gradients of devices at another point than params: one model for all, or one each
     grads_at: Callable[[torch.Tensor, np.ndarray], torch.Tensor] | None = None
 
@@ -146,7 +155,8 @@ class Method:
     name: str
     label: str
     color: str                        # its curves' colour in every figure
-    local_problem: Callable
+    local_problem: Callable | None = None  # what the engines solve by SGD; or, instead,
+    local_solver: Callable | None = None   # (ctx, state) -> local models: a local solver of the method's own
     server_update: Callable = average_models
     init: Callable = no_state
     exchanges: int = 1                # server <-> device exchanges per round (communication rounds)
@@ -159,9 +169,11 @@ class Method:
     up: int = 1                       # vectors each solver sends per round (its model included)
     full_participation: bool = False  # every device, every round: K = N, uniform selection
     tuned: str | None = None          # the option tuned over its grid (mu must then be "none")
+    mclr_only: bool = False           # defined for the MCLR models only (a local solver on their Hessians)
 
     def __post_init__(self):
         assert self.mu in MU_CHOICES and self.gradients in GRADIENTS, self.name
+        assert (self.local_problem is None) != (self.local_solver is None), self.name
         assert self.tuned is None or (self.mu == "none" and self.options[self.tuned].grid), self.name
 
     @property
@@ -216,9 +228,9 @@ class Entry:
 def _entries() -> dict[str, Entry]:
     entries = {}
     for method in REGISTRY.values():
-        entries[method.name] = Entry(method.name, method, method.label, method.color, {})
+        entries[method.name] = Entry(method.name, method, method.label, method.color, {}, method.mclr_only)
         for name, v in method.variants.items():
-            entries[name] = Entry(name, method, v.label, v.color, dict(v.options), v.mclr_only)
+            entries[name] = Entry(name, method, v.label, v.color, dict(v.options), v.mclr_only or method.mclr_only)
     return entries
 
 
