@@ -145,3 +145,22 @@ def test_constants_from_a_calibration_file(tmp_path):
 def test_durations_read_well():
     assert cost.duration(30) == "30 s" and cost.duration(600) == "10 min"
     assert cost.duration(5 * 3600) == "5.0 h" and cost.duration(3 * 86400) == "3.0 days"
+
+
+def test_a_runs_own_estimate_per_round_is_the_workflows_for_that_run(tmp_path):
+    """What a run's progress line compares its pace with (fedsim.progress): the same model, its own file."""
+    from fedsim.settings import RunConfig
+
+    path = tmp_path / "d.h5"
+    x = np.zeros((9, 80), dtype=np.int32)
+    write_dataset(path, name="d", kind="shakespeare", num_classes=80, clients=["a", "b"],
+                  train_x=x[:6], train_y=np.zeros(6, dtype=np.int64), train_offsets=[0, 2, 6],
+                  test_x=x[:3], test_y=np.zeros(3, dtype=np.int64), test_offsets=[0, 1, 3], provenance={})
+    config = RunConfig(data=str(path), method="feddane", clients_per_round=2, epochs=3, batch_size=2, rounds=4)
+    constants = {"shakespeare": CONSTS}
+    expected = cost.run_cost(cost.file_sizes(path), rounds=4, k=2, epochs=3, batch_size=2, consts=CONSTS,
+                             gradients="sampled").total_s / 4
+    assert cost.run_round_seconds(config, "shakespeare", constants) == pytest.approx(expected)
+    assert cost.run_round_seconds(config, "synthetic", constants) is None  # no model for MCLR
+    cuda = RunConfig(data=str(path), method="feddane", device="cuda")
+    assert cost.run_round_seconds(cuda, "shakespeare", constants) is None  # nor for a GPU
