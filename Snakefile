@@ -5,7 +5,12 @@
 
 from snakemake.utils import min_version
 
-from fedsim import rescheduling
+
+# This checkout's src/ first, for Snakemake and its jobs, before any fedsim import.
+include: "workflow/rules/checkout.smk"
+
+
+from fedsim import rescheduling  # noqa: E402
 
 min_version("8.20")
 # Snakemake starts one more scheduler timer per finished job; keep one (fedsim/rescheduling.py).

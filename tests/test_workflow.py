@@ -693,3 +693,21 @@ def test_an_experiment_without_a_tuned_method_runs_to_its_figures(tmp_path):
         assert (results / "figures" / f"{name}.png").stat().st_size > 0
         assert (results / "summary" / f"findings_{name}.csv").is_file()
     assert len(read_csv(results / "summary" / "runs.csv")) == 3
+
+
+def test_a_workflow_runs_its_own_checkouts_code(tmp_path):
+    """Two checkouts: the one pip installed (PYTHONPATH here: this repository's src/) and a copy with a
+    method of its own. The copy's workflow and its jobs know that method: they run the copy's code."""
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    (workdir / "src" / "fedsim" / "methods" / "local_only.py").write_text(
+        '"""FedAvg under another name: a method only this checkout has."""\n\n'
+        "from . import Method, fedavg\n\n"
+        'METHOD = Method(name="local_only", label="Only here", color="black", local_problem=fedavg.local_problem)\n')
+    cfg = tiny_config()
+    cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=2)}
+    cfg["experiments"] = {"figure1": {"figure": "figure1", "datasets": ["synthetic_iid"],
+                                      "methods": ["fedavg", "local_only"], "clients_per_round": 3, "epochs": 1}}
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--cores", "2")
+    assert code == 0, out
+    assert {r["method"] for r in read_csv(workdir / "results" / "summary" / "runs.csv")} == {"fedavg", "local_only"}

@@ -9,9 +9,7 @@ from functools import cache, partial
 from pathlib import Path
 
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
-# snakemake call. Read from this checkout's src/ where there is one.
-if Path(workflow.basedir, "src", "fedsim").is_dir():
-    sys.path.insert(0, str(Path(workflow.basedir, "src")))
+# snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
 from fedsim import cost, experiments, jobs  # noqa: E402
 from fedsim.configcheck import check_config, load_schema  # noqa: E402
 from fedsim.experiments import LEAF_KINDS, ConfigError, as_list, fmt  # noqa: E402
