@@ -181,10 +181,6 @@ def test_malformed_config_is_one_line_before_any_job(tmp_path, edit, key_path, p
     assert not (workdir / "results").exists() and not (workdir / "logs").exists()
 
 
-def test_there_are_at_least_60_cases():
-    assert len(CASES) >= 60 and len({c[0] for c in CASES}) == len(CASES)
-
-
 @pytest.mark.parametrize("broken, problem", [
     (lambda t: t + "seeds: [0\n", "expected ',' or ']'"),
     (lambda t: t.replace("seeds: [0, 1]", "seeds:\n\t- 0"), "'\\t' that cannot start any token"),

@@ -711,3 +711,18 @@ def test_a_workflow_runs_its_own_checkouts_code(tmp_path):
     code, out = snakemake(workdir, "--cores", "2")
     assert code == 0, out
     assert {r["method"] for r in read_csv(workdir / "results" / "summary" / "runs.csv")} == {"fedavg", "local_only"}
+
+
+def test_a_results_dir_that_cannot_be_written_is_one_line(tmp_path):
+    """Not a traceback from the first writes (the code fingerprints and planned_runs.csv, while Snakemake
+    parses): the key and the folder."""
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    (workdir / "occupied").write_text("a file where the results folder would go\n")
+    cfg = default_config()
+    cfg["results_dir"] = "occupied/results"
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "-n", "--cores", "1")
+    errors = [line for line in out.splitlines() if "Config error" in line]
+    assert code != 0 and len(errors) == 1, out
+    assert errors[0].startswith("Config error at results_dir: cannot write below 'occupied/results'"), errors[0]
+    assert "Traceback" not in out

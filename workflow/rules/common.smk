@@ -24,6 +24,10 @@ try:
     config["experiments"] = experiments.selected_experiments(config)  # only_experiments, only_datasets
 except ConfigError as err:
     sys.exit(str(err))  # one line naming the key, before any job
+try:  # the folder the parse itself writes in (code fingerprints, planned_runs.csv): one line, not a traceback
+    Path(config["results_dir"], "summary").mkdir(parents=True, exist_ok=True)
+except OSError as err:
+    sys.exit(f"Config error at results_dir: cannot write below {config['results_dir']!r} ({err.strerror})")
 
 # The runs table and its helpers, bound to this config (fedsim.experiments says what each does).
 used_datasets, dataset_sources, tag_rounds, tuned_methods, after_tuning = (
