@@ -23,6 +23,15 @@ def sizes(train, test):
     return cost.Sizes(np.array(train), np.array(test), "test")
 
 
+def two_device_file(path):
+    """A Shakespeare-kind file of two devices: 2 and 4 train samples, 1 and 2 test samples."""
+    x = np.zeros((9, 80), dtype=np.int32)
+    write_dataset(path, name="d", kind="shakespeare", num_classes=80, clients=["a", "b"],
+                  train_x=x[:6], train_y=np.zeros(6, dtype=np.int64), train_offsets=[0, 2, 6],
+                  test_x=x[:3], test_y=np.zeros(3, dtype=np.int64), test_offsets=[0, 1, 3], provenance={})
+    return path
+
+
 def test_one_round_by_hand():
     # K = all 3 devices: the longest has 2 x ceil(25 / 10) = 6 steps, all together 2 x (1 + 2 + 3) = 12
     s = [5, 15, 25]
@@ -69,11 +78,7 @@ def test_table_sizes_match_the_papers_mean():
 
 
 def test_sizes_come_from_the_built_file(tmp_path):
-    path = tmp_path / "d.h5"
-    x = np.zeros((9, 80), dtype=np.int32)
-    write_dataset(path, name="d", kind="shakespeare", num_classes=80, clients=["a", "b"],
-                  train_x=x[:6], train_y=np.zeros(6, dtype=np.int64), train_offsets=[0, 2, 6],
-                  test_x=x[:3], test_y=np.zeros(3, dtype=np.int64), test_offsets=[0, 1, 3], provenance={})
+    path = two_device_file(tmp_path / "d.h5")
     cfg = {"datasets": {"d": {"kind": "shakespeare"}}}
     s = cost.dataset_sizes(cfg, "d", path)
     assert list(s.train) == [2, 4] and list(s.test) == [1, 2] and s.source == str(path)
@@ -151,11 +156,7 @@ def test_a_runs_own_estimate_per_round_is_the_workflows_for_that_run(tmp_path):
     """What a run's progress line compares its pace with (fedsim.progress): the same model, its own file."""
     from fedsim.settings import RunConfig
 
-    path = tmp_path / "d.h5"
-    x = np.zeros((9, 80), dtype=np.int32)
-    write_dataset(path, name="d", kind="shakespeare", num_classes=80, clients=["a", "b"],
-                  train_x=x[:6], train_y=np.zeros(6, dtype=np.int64), train_offsets=[0, 2, 6],
-                  test_x=x[:3], test_y=np.zeros(3, dtype=np.int64), test_offsets=[0, 1, 3], provenance={})
+    path = two_device_file(tmp_path / "d.h5")
     config = RunConfig(data=str(path), method="feddane", clients_per_round=2, epochs=3, batch_size=2, rounds=4)
     constants = {"shakespeare": CONSTS}
     expected = cost.run_cost(cost.file_sizes(path), rounds=4, k=2, epochs=3, batch_size=2, consts=CONSTS,
