@@ -63,6 +63,24 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
         _check_sizes(cfg)
 
 
+
+def command_line_types(value):
+    """`--config` values with the types a config file would give them. Snakemake reads a nested
+    value given on its command line (`'experiments={figure1: {rounds: 20}}'`, `'seeds=[0, 1]'`) as
+    text all through, where the same YAML in a file has numbers and booleans: each text is read
+    again as YAML, and kept as text where YAML keeps it so."""
+    if isinstance(value, dict):
+        return {key: command_line_types(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [command_line_types(item) for item in value]
+    if isinstance(value, str):
+        try:
+            typed = yaml.safe_load(value)
+        except yaml.YAMLError:
+            return value
+        return typed if isinstance(typed, (bool, int, float)) or typed is None else value
+    return value
+
 # ---------------------------------------------------------------------------------------
 # The schema's errors, explained in one line
 # ---------------------------------------------------------------------------------------

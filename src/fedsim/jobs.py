@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 from . import atomic
-from .experiments import LEAF_KINDS, LSTM_KINDS, as_list, fmt, synthetic_settings, tag_rounds
+from .experiments import LEAF_KINDS, LSTM_KINDS, RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings, tag_rounds
 from .methods import ENTRIES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim)
@@ -107,6 +107,22 @@ def method_options(cfg, method) -> dict:
 def method_options_text(cfg, method) -> str:
     """All of a method's options, canonical JSON (the summary's `options` column)."""
     return json.dumps(resolve(method, method_options(cfg, method))[1], sort_keys=True)
+
+
+def planned_runs_csv(cfg, plan, run_dir) -> str:
+    """The runs table before tuning (experiments.plan) as planned_runs.csv: with every setting that
+    shapes a run's result, and the run's folder (`run_dir(*run)`; empty while mu is `tuned`)."""
+    datasets = [cfg["datasets"][name] for name in plan["dataset"]]
+    table = plan.assign(
+        lr=[entry["lr"] for entry in datasets],
+        batch_size=[entry["batch_size"] for entry in datasets],
+        options=[method_options_text(cfg, m) for m in plan["method"]],
+        setting=[setting_name(m) for m in plan["method"]],
+        eval_devices=[entry.get("eval_devices", "") for entry in datasets],
+        **{key: cfg["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
+        run=[run_dir(*run) if run.mu != "tuned" else "" for run in plan[list(RUN_FIELDS)].itertuples(index=False)],
+    )
+    return table.to_csv(index=False)
 
 
 def run_args(cfg, method, seed) -> str:

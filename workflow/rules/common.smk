@@ -1,17 +1,21 @@
-# Helpers only (no rules): the config checked, the runs table bound to it (fedsim.experiments),
-# the ONE place that builds every path, the code each job depends on, and per-rule arguments.
+# Helpers (no rules): the config checked, the runs table bound to it (fedsim.experiments), the ONE
+# place that builds every path, the code each job depends on, and per-rule arguments. Parsing
+# writes one thing: the code fingerprints (results/code/, see below), compared by content each time.
 
 import csv
+import hashlib
 import os
 import re
 import sys
+
+import snakemake.utils
 from functools import cache, partial
 from pathlib import Path
 
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
-from fedsim import cost, experiments, jobs  # noqa: E402
-from fedsim.configcheck import check_config, load_schema  # noqa: E402
+from fedsim import atomic, cost, experiments, jobs  # noqa: E402
+from fedsim.configcheck import check_config, command_line_types, load_schema  # noqa: E402
 from fedsim.experiments import LEAF_KINDS, ConfigError, as_list, fmt  # noqa: E402
 from fedsim.jobs import setting_args  # noqa: E402
 from fedsim.progress import PROGRESS_ENV  # noqa: E402
@@ -19,13 +23,15 @@ from fedsim.methods import ENTRIES, USES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), in legend order
+# --config's nested values arrive as text ('20'); typed as a config file would type them
+snakemake.utils.update_config(config, command_line_types(workflow.config_settings.overwrite_config))
 try:
     check_config(config, SCHEMA, workflow.basedir, workflow.configfiles)
     config["experiments"] = experiments.selected_experiments(config)  # only_experiments, only_datasets
 except ConfigError as err:
     sys.exit(str(err))  # one line naming the key, before any job
-try:  # the folder the parse itself writes in (code fingerprints, planned_runs.csv): one line, not a traceback
-    Path(config["results_dir"], "summary").mkdir(parents=True, exist_ok=True)
+try:  # the folder the parse itself writes in (the code fingerprints): one line, not a traceback
+    Path(config["results_dir"], "code").mkdir(parents=True, exist_ok=True)
 except OSError as err:
     sys.exit(f"Config error at results_dir: cannot write below {config['results_dir']!r} ({err.strerror})")
 
@@ -141,57 +147,16 @@ def log_path(rule_name, stem):
 
 
 # ---------------------------------------------------------------------------------------
-# Package code the jobs depend on: ONE fingerprint file per set of entry modules,
-# <results_dir>/code/<entries joined by +>.txt, listing each source file the job runs with the
-# sha256 of its content (fedsim.jobs.code_fingerprint). It is rewritten only when that text
-# changes, so an edit reruns the jobs whose code changed, a mere mtime change (checkout) does
-# not, and the scheduler stats one file per job instead of every source file.
-# ---------------------------------------------------------------------------------------
-
-
-@cache
-def _fingerprint(*entries):
-    return tuple(jobs.code_fingerprint(Path(workflow.basedir, "src", "fedsim"), code_dir(), *entries))
-
-
-def code_fingerprint(*entries):
-    """A rule's `code` input: the fingerprint of the code that runs the modules `entries` (one
-    path, or none where this checkout has no src/), computed and written once per entry set and
-    process (the imports walked once per method, not once per job)."""
-    return list(_fingerprint(*entries))
-
-
-def train_code(method):
-    """Code of one method's training runs: train.py's imports and the method's own module with
-    those it builds on (fedsim.methods.USES); another method's file is not among them."""
-    return code_fingerprint("train", *(f"methods.{m}" for m in sorted(USES[ENTRIES[method].method.name])))
-
-
-for _method in METHODS:  # every method's fingerprint now, before the DAG looks at any file
-    train_code(_method)
-
-
-# ---------------------------------------------------------------------------------------
 # The runs table's outputs
 # ---------------------------------------------------------------------------------------
 
-def write_plan(path):
-    """The plan before tuning, with every setting that shapes a run's result and the run's folder, as
-    CSV (rewritten only when it changes): what the DAG will train, readable before it does."""
-    table = PLAN.assign(
-        lr=[dataset_cfg(d)["lr"] for d in PLAN["dataset"]],
-        batch_size=[dataset_cfg(d)["batch_size"] for d in PLAN["dataset"]],
-        options=[method_options_text(m) for m in PLAN["method"]],
-        setting=[experiments.setting_name(m) for m in PLAN["method"]],
-        eval_devices=[dataset_cfg(d).get("eval_devices", "") for d in PLAN["dataset"]],
-        **{key: config["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
-        run=[run_dir(*run) if run.mu != "tuned" else "" for run in PLAN[list(experiments.RUN_FIELDS)].itertuples(index=False)],
-    )
-    text = table.to_csv(index=False)
-    if not Path(path).is_file() or Path(path).read_text() != text:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(f"{path}.tmp").write_text(text)
-        os.replace(f"{path}.tmp", path)
+def planned_runs_csv():
+    return jobs.planned_runs_csv(config, PLAN, run_dir)
+
+
+def write_plan(path, log):
+    atomic.write_text(path, planned_runs_csv())
+    Path(log).write_text(f"{len(PLAN)} runs planned before tuning\n")
 
 
 def tuned_table():
@@ -219,7 +184,7 @@ FIGURE_METRICS = ("train_loss", "test_acc")  # the paper's figure and its compan
 
 
 def final_targets():
-    targets = [summary_path("runs.csv")]
+    targets = [summary_path("planned_runs.csv"), summary_path("runs.csv")]
     if tuning_runs():
         targets.append(summary_path("tuned_mu.csv"))
         targets += [figure_path("tuning", ext) for ext in ("pdf", "png")]
@@ -294,9 +259,6 @@ def metrics_of(runs):
 # ---------------------------------------------------------------------------------------
 # The plan on disk, the jobs' launcher, and the wildcards' constraints
 # ---------------------------------------------------------------------------------------
-
-write_plan(summary_path("planned_runs.csv"))
-
 
 def print_cost_estimate():
     """The LSTM datasets' estimated cost (fedsim.cost), on stderr before any job (`snakemake -n`

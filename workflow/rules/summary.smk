@@ -1,4 +1,24 @@
-# Tables: FedDANE's tuned mu, and one row per training run.
+# Tables: the planned runs, FedDANE's tuned mu, and one row per training run.
+
+
+rule plan:
+    """The runs table before tuning as CSV (fedsim.jobs.planned_runs_csv): what the DAG will train, with
+    every setting that shapes a run's result and the run's folder. Rewritten when the table changes
+    (its digest is a param), so `snakemake results/summary/planned_runs.csv` shows a config's
+    runs before any training."""
+    output:
+        summary_path("planned_runs.csv"),
+    params:
+        digest=hashlib.sha256(planned_runs_csv().encode()).hexdigest(),
+    localrule: True
+    threads: 1
+    resources:
+        mem_mb=256,
+        runtime=1,
+    log:
+        log_path("plan", "planned_runs"),
+    run:
+        write_plan(output[0], log[0])
 
 
 checkpoint tune:

@@ -1,0 +1,30 @@
+"""`--config` values typed as a config file types them: Snakemake reads a nested value on its command
+line as text throughout ('20'), so `--config 'experiments={figure1: {rounds: 20}}'` was refused with
+"'20' is not of type 'integer'" (fedsim.configcheck.command_line_types)."""
+
+import yaml
+
+from fedsim.configcheck import command_line_types
+
+
+def snakemake_reads(text):
+    """What Snakemake's --config makes of a nested value: YAML with every scalar kept as text."""
+    return yaml.load(text, Loader=yaml.loader.BaseLoader)
+
+
+def test_nested_values_get_the_types_a_config_file_gives():
+    given = snakemake_reads("{figure1: {rounds: 20, epochs: 1, theory: true, fraction: 0.25, methods: [fedavg]}}")
+    assert given["figure1"]["rounds"] == "20"  # the bug: text where a file has a number
+    typed = command_line_types(given)
+    assert typed == yaml.safe_load("{figure1: {rounds: 20, epochs: 1, theory: true, fraction: 0.25, methods: [fedavg]}}")
+    assert type(typed["figure1"]["rounds"]) is int and type(typed["figure1"]["fraction"]) is float
+
+
+def test_lists_and_text_stay_as_a_file_would_read_them():
+    assert command_line_types(snakemake_reads("[0, 1]")) == [0, 1]
+    assert command_line_types(snakemake_reads("[synthetic_iid, femnist]")) == ["synthetic_iid", "femnist"]
+    assert command_line_types({"results_dir": "results/x", "mu": 0.5, "seeds": ["0"]}) == {
+        "results_dir": "results/x", "mu": 0.5, "seeds": [0]}
+    # YAML 1.1 reads 1e-3 as text in a file too: the schema's error then says how to write it
+    assert command_line_types(snakemake_reads("{lr: 1e-3}")) == {"lr": "1e-3"}
+    assert command_line_types(snakemake_reads("{name: '{bad'}")) == {"name": "{bad"}

@@ -1,0 +1,32 @@
+# The code each job runs, as one input per job (fedsim.jobs): helpers for the rules' `code` inputs.
+
+# ---------------------------------------------------------------------------------------
+# Package code the jobs depend on: ONE fingerprint file per set of entry modules,
+# <results_dir>/code/<entries joined by +>.txt, listing each source file the job runs with the
+# sha256 of its content (fedsim.jobs.code_fingerprint). It is rewritten only when that text
+# changes, so an edit reruns the jobs whose code changed, a mere mtime change (checkout) does
+# not, and the scheduler stats one file per job instead of every source file. Written while
+# parsing, not by a rule: a rule's job, even rewriting the same text, would rerun every job after it.
+# ---------------------------------------------------------------------------------------
+
+
+@cache
+def _fingerprint(*entries):
+    return tuple(jobs.code_fingerprint(Path(workflow.basedir, "src", "fedsim"), code_dir(), *entries))
+
+
+def code_fingerprint(*entries):
+    """A rule's `code` input: the fingerprint of the code that runs the modules `entries` (one
+    path, or none where this checkout has no src/), computed and written once per entry set and
+    process (the imports walked once per method, not once per job)."""
+    return list(_fingerprint(*entries))
+
+
+def train_code(method):
+    """Code of one method's training runs: train.py's imports and the method's own module with
+    those it builds on (fedsim.methods.USES); another method's file is not among them."""
+    return code_fingerprint("train", *(f"methods.{m}" for m in sorted(USES[ENTRIES[method].method.name])))
+
+
+for _method in METHODS:  # every method's fingerprint now, before the DAG looks at any file
+    train_code(_method)
