@@ -232,6 +232,21 @@ def method_mus(cfg, method, setting, experiment, tuned=None) -> list:
     return [cfg["datasets"][setting.dataset]["fedprox_mu"]] if kind == "fixed" else [0]
 
 
+def selection_folder(cfg) -> str:
+    """The folder, below results_dir, of a selection's tables and figures: '' for the whole config;
+    `only-<experiments>`, `only-<experiments>-in-<datasets>` or `only-in-<datasets>` under
+    `only_experiments` / `only_datasets`. A subset then never overwrites the whole run's tables and
+    figures, nor another subset's, and a report made with a selection holds that selection's tables
+    beside its figures. The runs themselves are shared: a run is the same in every selection."""
+    only_experiments, only_datasets = cfg.get("only_experiments"), cfg.get("only_datasets")
+    name = "only"
+    if only_experiments is not None:
+        name += "-" + "+".join(sorted(set(only_experiments)))
+    if only_datasets is not None:
+        name += "-in-" + "+".join(sorted(set(only_datasets)))
+    return "" if name == "only" else name
+
+
 def selected_experiments(cfg) -> dict:
     """The experiments `only_experiments` and `only_datasets` select (null: all). A selected
     experiment keeps the selected datasets and is left out without any; an experiment a selected

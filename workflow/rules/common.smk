@@ -74,6 +74,17 @@ def results(*parts):
     return str(Path(config["results_dir"], *parts))
 
 
+SELECTION = experiments.selection_folder(config)  # '' unless only_experiments / only_datasets
+SELECTION_RULES = ("plan", "tune", "summarise", "findings", "figure", "tuning_figure", "theory_figure",
+                   "datasets_table")  # whose outputs depend on the selection: in its own folder
+
+
+def selection_results(*parts):
+    """<results_dir>/<selection folder>/...: the tables and figures of this selection (fedsim.experiments.
+    selection_folder); results_dir itself for the whole config."""
+    return results(SELECTION, *parts)
+
+
 def raw_path(source="{source}", file="{file}"):
     """A raw source file as fetched: <raw_dir>/<source>/<file> (file: the source's, see raw_file)."""
     if source != "{source}" and file == "{file}":
@@ -109,15 +120,15 @@ def info_path(*args, **kwargs):
 
 
 def summary_path(name):
-    """results/summary/<name> (planned_runs.csv, runs.csv, tuned_mu.csv)."""
-    return results("summary", name)
+    """summary/<name> (planned_runs.csv, runs.csv, tuned_mu.csv) of this selection."""
+    return selection_results("summary", name)
 
 
 def figure_path(name="{experiment}", ext="pdf", metric="train_loss"):
-    """figures/<name>.<ext>; a figure of another metric than the paper's training loss is
-    its companion <name>_<metric>.<ext>."""
+    """figures/<name>.<ext> of this selection; a figure of another metric than the paper's training
+    loss is its companion <name>_<metric>.<ext>."""
     stem = name if metric == "train_loss" else f"{name}_{metric}"
-    return results("figures", f"{stem}.{ext}")
+    return selection_results("figures", f"{stem}.{ext}")
 
 
 def checkpoint_path(*args, **kwargs):
@@ -127,7 +138,7 @@ def checkpoint_path(*args, **kwargs):
 
 
 def benchmark_path(rule, stem):
-    return results("benchmarks", rule, f"{stem}.tsv")
+    return (selection_results if rule in SELECTION_RULES else results)("benchmarks", rule, f"{stem}.tsv")
 
 
 def code_dir():
@@ -143,7 +154,7 @@ def log_path(rule_name, stem):
     with their own results_dir never overwrite each other's logs; downloads log under logs/."""
     if rule_name in SHARED_LOG_RULES:
         return f"logs/{rule_name}/{stem}.log"
-    return results("logs", rule_name, f"{stem}.log")
+    return (selection_results if rule_name in SELECTION_RULES else results)("logs", rule_name, f"{stem}.log")
 
 
 # ---------------------------------------------------------------------------------------
