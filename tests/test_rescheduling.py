@@ -21,6 +21,27 @@ def patched(monkeypatch):
     return JobScheduler, calls
 
 
+def test_this_snakemake_still_has_what_the_patch_reads():
+    """Fails the day a Snakemake release changes what fedsim.rescheduling patches or reads (the patch
+    would then quietly do nothing, or the wrong thing): re-read Snakemake's scheduler, and keep the
+    patch only if it still pays (README, Performance), else remove it."""
+    import inspect
+
+    import snakemake
+    import snakemake.api  # noqa: F401  (imports snakemake.dag as Snakemake itself does: no circle)
+    from snakemake.dag import DAG
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    changed = f"Snakemake {snakemake.__version__} changed what fedsim.rescheduling patches: "
+    timer = inspect.getsource(JobScheduler._schedule_reevalutation)
+    assert "threading.Timer" in timer and "_open_jobs.release" in timer, changed + "the timer method\n" + timer
+    scheduler = inspect.getsource(JobScheduler)
+    for expected in ("self._schedule_reevalutation(self.job_rate_limiter.timespan)",
+                     "self.job_rate_limiter.get_free_jobs()", "self.workflow.dag"):
+        assert expected in scheduler, changed + f"no {expected!r} in JobScheduler"
+    assert callable(getattr(DAG, "has_unfinished_queue_input_jobs", None)), changed + "DAG.has_unfinished_queue_input_jobs"
+
+
 def fake_scheduler(free_slots, queue_input=False):
     limiter = None if free_slots is None else SimpleNamespace(get_free_jobs=lambda: free_slots)
     dag = SimpleNamespace(has_unfinished_queue_input_jobs=lambda: queue_input)
