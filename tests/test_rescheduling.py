@@ -24,7 +24,7 @@ def patched(monkeypatch):
 def test_this_snakemake_still_has_what_the_patch_reads():
     """Fails the day a Snakemake release changes what fedsim.rescheduling patches or reads (the patch
     would then quietly do nothing, or the wrong thing): re-read Snakemake's scheduler, and keep the
-    patch only if it still pays (README, Performance), else remove it."""
+    patch only if it still pays (docs/performance.md), else remove it."""
     import inspect
 
     import snakemake

@@ -9,7 +9,7 @@ Layout (FORMAT_VERSION 2; version 1 files, the same without checksums, still ope
 
 Files carry no timestamps, so the same inputs give byte-identical files. Every array is stored in
 chunks of about 64 KiB with HDF5's Fletcher-32 checksum, so a flipped byte on disk is an error naming
-the file, not silently different data (the cost: benchmarks/checksums.py, README "Data format").
+the file, not silently different data (the cost: benchmarks/checksums.py, docs/data-format.md).
 Opening a file checks what is cheap to check: the format version, offsets that start at 0, never
 decrease and end at the arrays' lengths, consistent shapes, labels within [0, num_classes) (read in
 blocks, so large files stay cheap); a bad file fails with one line naming it.

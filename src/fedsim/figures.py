@@ -66,7 +66,7 @@ def panel_order(record: dict) -> tuple:
 def load_runs(info_paths) -> list[tuple[pd.DataFrame, dict]]:
     runs = [read_run(p) for p in info_paths]
     for metrics, _ in runs:
-        if "vectors_up" in metrics:  # recorded since 2026-11-25
+        if "vectors_up" in metrics:  # absent from records written before the costs were counted
             metrics["vectors"] = metrics["vectors_down"] + metrics["vectors_up"]
     return runs
 

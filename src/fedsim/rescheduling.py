@@ -6,7 +6,7 @@ wakes the scheduler one timespan later, whether or not the limit held anything b
 timer wakes starts another, so every finished job adds a timer chain that lasts as long as jobs
 are ready: after n jobs the scheduler wakes about n times a second, and each pass re-evaluates
 every ready job (params, resources, input sizes). In the default run (357 jobs, 2 cores) that was
-most of Snakemake's own CPU (README, Performance; upstream: snakemake/snakemake pull request 3744).
+most of Snakemake's own CPU (docs/performance.md; upstream: snakemake/snakemake pull request 3744).
 
 `install()` skips that timer when the limiter still has free slots at the end of the pass: then
 nothing waits on the limit, and what does wait (cores, resources) is woken by the next finished

@@ -20,7 +20,7 @@ from .records import COUNT_COLUMNS, read_run
 SETTING_COLUMNS = setting_columns()
 # what a record written before a setting existed ran with: the setting's default
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}
-# recorded since 2026-11-25 (empty for older records): where the time went, what the run cost
+# where the time went and what the run cost (empty for records written before these columns existed)
 TIMING_COLUMNS = ["local_sgd_seconds", "evaluation_seconds"]
 COST_COLUMNS = list(COUNT_COLUMNS)
 RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "diverged_round",
