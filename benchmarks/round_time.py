@@ -1,5 +1,6 @@
 """Time one federated round: the compiled kernel, the batched engine, the per-device loop, the
-torch oracle and the floor, same process.
+torch oracle and the floor, same process; and the kernel's and the floor's share of this core's
+FMA peak.
 
     python benchmarks/round_time.py [--rounds 5] [--repeats 5] [--method fedavg] [--mu 0] [--threads 1]
 
@@ -8,29 +9,60 @@ round trains the devices that round t selects, from the same initial model, with
 (the method's local problem, local SGD and server update: training only). The engines take
 turns within each repeat (so a burst of load elsewhere hits them alike), each timed call right
 after an untimed one of the same engine (warm caches; not for the slow per-device loop); every
-time is the best of --repeats, averaged over the rounds.
+time is the best of --repeats, averaged over the rounds. Seconds depend on the machine and on
+what else runs on it; the ratios, measured within one process, are what compares across runs.
 
 The floor is the tightest compiled loop over the same plans: a numba loop doing plain MCLR
 softmax-regression SGD (no proximal or correction term, whatever --method says) on exactly the
 kernel's batch plans and samples, the round's devices one after another, each step's batch laid
 out beforehand as contiguous rows (zero-padded to the kernel's width), followed by the FedAvg
 weighted average of the local models inside the same compiled call. It has no plan building, no
-local-problem set-up, no per-call Python bookkeeping and no torch. Targets (issue 13):
-kernel / floor <= 1.5 (training only), and (kernel + evaluation) / floor <= 2, where evaluation
+local-problem set-up, no per-call Python bookkeeping and no torch: it bounds the kernel. The
+printed ratios kernel / floor (training only) and (kernel + evaluation) / floor, where evaluation
 is one metrics.evaluate over all devices (what a run adds to every round) and the floor stays
-training only.
+training only, carry their targets (1.5 and 2).
 
-The torch oracle (called "oracle" before the floor existed) does the same number of SGD steps
-(sum over the round's devices of E ceil(n_k/B)) as plain batched matmuls: K equal lanes of
-ceil(steps/K) steps over data laid out beforehand, with no batch plans, gathers, ragged devices,
-chunks or local-problem set-up, using the batched engine's own step (with the constant term of
-FedProx and FedDANE's local problems when the method has one). It ignores that one device's
-steps are sequential, so the longest device bounds the batched engine from below: its step
-count is printed beside the oracle's depth. It is the bound for the batched engine (torch ops);
-the floor is the bound for the kernel.
+The torch oracle does the same number of SGD steps (sum over the round's devices of
+E ceil(n_k/B)) as plain batched matmuls: K equal lanes of ceil(steps/K) steps over data laid out
+beforehand, with no batch plans, gathers, ragged devices, chunks or local-problem set-up, using
+the batched engine's own step (with the constant term of FedProx and FedDANE's local problems
+when the method has one). It ignores that one device's steps are sequential, so the longest
+device bounds the batched engine from below: its step count is printed beside the oracle's
+depth. It is the bound for the batched engine (torch ops); the floor is the bound for the kernel.
+
+Share of the FMA peak (CPU only). A round's floating-point work is counted from the plans the
+kernel runs (fedsim.engine._stacked_plans: with the local problem's fixed step count where it
+has one), d = the model's weights per class (features + 1), C = classes, a multiply-add = 2 flops:
+
+    flops = dC (4 S + (2 + 2 [mu != 0] + [correction]) T + 2 K + 2 A + 4 G)
+
+S: real samples summed over the round's steps (the batch sizes, padding slots not counted);
+each costs its logits x W (dC multiply-adds) and its outer-product gradient term (dC). T: steps;
+each costs the update W <- W - (lr/|b|) g (dC multiply-adds), plus mu (W - W0) (a subtraction
+and a multiply-add a weight) where the local problem has a proximal term and + c_k (an addition)
+where it has a correction. K: devices, each local model added into the weighted average (dC
+multiply-adds). A: with an anchor (Mime), each sample's logits again at the anchor (A = S; else
+0). G: samples whose full local gradient the method asks for (ctx.device_grads, counted as it
+is called: FedDANE's correction), 4dC each. Left out: the softmax (a max, C exps counted as 0
+flops, and about 4C other operations a sample: 1/d of the multiply-adds, 1.6 % at d = 61), the
+label's subtraction, and any other server arithmetic (O(dC) a device). The kernel and the floor
+run on rows zero-padded to a multiple of 16 (64 for d = 61): the count is the useful work, not
+the padded. The step's work is what the update needs, not how the kernel writes it (it
+evaluates lr (g/|b| + c + mu (W - W0)) whatever the method). The floor's count is the same with
+its own plain-SGD terms (mu = 0, no correction, anchor or gradients): for FedAvg both counts are
+equal.
+
+The peak is measured in the same process, after the rounds (benchmarks/peak.py): the best of 20
+calls of a compiled probe of 12 independent vector FMA chains (about 0.2 ms each), in float32
+and float64, with the vector FMA instructions found in its assembly; checked against numpy's
+float32 sgemm (512 x 512, best of 20) on one BLAS thread, which should come out a little below
+it (a tuned sgemm reaches 80-95 % of a core's FMA peak). Printed: the round's Mflop, the probe's
+Gflop/s, the sgemm's and its share of the probe, and the kernel's and the floor's Gflop/s
+(round flops / their mean seconds) and share of the peak in the model's dtype.
 
 --threads sets torch's threads for these direct calls; a run (fedsim.train.run) computes on one
-whatever its `threads`, so that its results do not depend on them.
+whatever its `threads`, so that its results do not depend on them. The kernel, the floor and
+the probe run on one core.
 
 Also timed: one evaluation of the metrics on all devices (metrics.evaluate), as a share of a
 round made of training plus that evaluation.
@@ -44,6 +76,7 @@ round and as a ratio to FedAvg's, measured in the same process and taking turns.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import statistics
 import sys
@@ -56,6 +89,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedsim.data import FederatedDataset  # noqa: E402
 from fedsim.engine import (SGDSettings, _stacked_plans, batch_plan, local_sgd_batched, local_sgd_kernel,  # noqa: E402
@@ -65,6 +99,7 @@ from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
 from fedsim.metrics import evaluate  # noqa: E402
 from fedsim.synthetic import write_synthetic  # noqa: E402
 from fedsim.train import RunConfig, RunData, round_devices  # noqa: E402
+from peak import CHAINS, fma_asm_check, fma_peak, sgemm_rate, vector_bits  # noqa: E402
 
 
 def best_of(repeats: int, fns: dict, cold: tuple = ()) -> dict:
@@ -136,6 +171,16 @@ def floor(xb, yb, counts, first, steps, weights, v0, lr, local, average):  # pra
                 for d in range(features):
                     vc[d] -= step * g[d]
         average += weights[k] * v
+
+
+def round_flops(width: int, classes: int, samples: int, steps: int, devices: int, mu: float = 0.0,
+                correction: bool = False, anchored: bool = False, gradient_samples: int = 0) -> int:
+    """Floating-point work of a round (the module docstring's formula): `samples` real samples over
+    `steps` SGD steps of `devices` devices, their weighted average, and `gradient_samples` samples'
+    full local gradients; a multiply-add is 2 flops, the softmax is left out."""
+    per_step = 2 + 2 * (mu != 0) + int(correction)
+    per_sample = 4 + 2 * int(anchored)
+    return width * classes * (per_sample * samples + per_step * steps + 2 * devices + 4 * gradient_samples)
 
 
 def floor_inputs(train, devices, settings, t, params, weights):
@@ -215,14 +260,34 @@ def main() -> None:
                             weights=weights, model=model, mu=args.mu, options=config.options, lr=settings.lr,
                             sizes=sizes, local_steps=lambda devices: local_steps(sizes[devices], settings))
 
-    def training_round(engine, ctx):
-        """What a run does between two evaluations: local problem, local SGD, server update."""
+    def training_round(engine, ctx, problems=None):
+        """What a run does between two evaluations: local problem, local SGD, server update
+        (the local problem appended to `problems` when given)."""
         state = method.init(params, len(sizes))  # a fresh state each round: the timing is the same
         problem = method.local_problem(ctx, state)
+        if problems is not None:
+            problems.append(problem)
         return method.server_update(ctx, state, engine(model, params, problem, train, ctx.solvers, settings,
                                                         ctx.round))[0]
 
+    def counted_round(ctx):
+        """The kernel's round once, untimed: its flops (module docstring), counting the samples whose
+        full gradients the method asks for as it asks."""
+        gradient_samples, problems = [0], []
+
+        def device_grads(devices):
+            gradient_samples[0] += int(sizes[np.asarray(devices)].sum())
+            return ctx.device_grads(devices)
+
+        training_round(local_sgd_kernel, dataclasses.replace(ctx, device_grads=device_grads), problems)
+        problem = problems[0]
+        rows = _stacked_plans(train, np.asarray(ctx.solvers), settings, ctx.round, problem.steps)[0]
+        return round_flops(params.shape[0], params.shape[1], int((rows != train.sentinel).sum()), len(rows),
+                           len(ctx.solvers), problem.mu, problem.correction is not None, problem.anchor is not None,
+                           gradient_samples[0])
+
     times = {"kernel": [], "engine": [], "loop": [], "oracle": [], "floor": [], "evaluation": []}
+    flops = {"kernel": [], "floor": []}
     if data.device.type == "cpu":
         training_round(local_sgd_kernel, round_context(0))  # compile (or load the cache) before timing
     steps, longest, floor_check = [], [], []
@@ -236,8 +301,12 @@ def main() -> None:
         fns = {}
         if data.device.type == "cpu":
             fns["kernel"] = lambda: training_round(local_sgd_kernel, ctx)
+            flops["kernel"].append(counted_round(ctx))
             floor_args = floor_inputs(train, np.asarray(ctx.solvers), settings, t, params, weights)
             floor(*floor_args)  # compile before timing
+            counts = floor_args[2]
+            flops["floor"].append(round_flops(params.shape[0], params.shape[1], int(counts.sum()), len(counts),
+                                              len(floor_args[3])))
             if args.method == "fedavg":  # the same job: the floor's new global model is the kernel's
                 new = training_round(local_sgd_kernel, ctx).numpy()
                 floor_check.append(np.abs(floor_args[-1][:, :new.shape[0]].T - new).max())
@@ -249,6 +318,12 @@ def main() -> None:
         for name, value in best_of(args.repeats, fns, cold=("loop",)).items():
             times[name].append(value)
     mean = {name: statistics.mean(values) for name, values in times.items() if values}
+    if "kernel" in mean:  # this core's peak, measured now, in the same process
+        dtype = params.numpy().dtype
+        peaks = {np.dtype(t).name: fma_peak(t) for t in (np.float32, np.float64)}
+        asm = fma_asm_check(dtype)
+        sgemm, blas_threads = sgemm_rate(512, repeats=20)
+        work = {name: statistics.mean(values) for name, values in flops.items()}
 
     print(f"Synthetic ({args.alpha:g},{args.beta:g}): {len(sizes)} devices, {int(sizes.sum())} training samples; "
           f"{args.method} mu={args.mu:g} K={k}, E={args.epochs}, B={args.batch_size}; {args.rounds} rounds, "
@@ -270,6 +345,19 @@ def main() -> None:
         print(f"kernel / floor      {mean['kernel'] / mean['floor']:8.2f}x   (training only; target <= 1.5)")
         print(f"(kernel + evaluation) / floor {(mean['kernel'] + mean['evaluation']) / mean['floor']:5.2f}x   "
               f"(target <= 2)")
+    if "kernel" in mean:
+        width = floor_args[0].shape[2]
+        print(f"round work          {work['kernel'] / 1e6:8.2f} Mflop/round (kernel; floor {work['floor'] / 1e6:.2f}: "
+              f"d={params.shape[0]} ({width} padded), C={params.shape[1]}, multiply-add = 2 flops, "
+              f"softmax not counted)")
+        print(f"FMA peak (probe)    {peaks['float32'] / 1e9:8.1f} Gflop/s float32, {peaks['float64'] / 1e9:.1f} "
+              f"float64 ({CHAINS} chains of {vector_bits()}-bit vectors, best of 20; {asm})")
+        print(f"numpy sgemm         {sgemm / 1e9:8.1f} Gflop/s float32 on {blas_threads} BLAS thread(s) "
+              f"= {100 * sgemm / peaks['float32']:.0f}% of the probe's peak (512 x 512, best of 20)")
+        for name, label in (("kernel", "kernel share"), ("floor", "floor share")):
+            rate = work[name] / mean[name]
+            print(f"{label:20s}{rate / 1e9:8.2f} Gflop/s = {100 * rate / peaks[dtype.name]:5.2f}% of the "
+                  f"{dtype.name} FMA peak")
     fastest = mean.get("kernel", mean["engine"])
     share = mean["evaluation"] / (mean["evaluation"] + fastest)
     print(f"evaluation          {mean['evaluation']:8.4f} s = {100 * share:.1f}% of a round "
