@@ -180,3 +180,21 @@ def test_figure_names_are_figures():
     for name in figures.CURVE_FIGURES:
         assert command(name).get_default("func") is cli._figure, name
     assert command("theory-figure").get_default("func") is cli._theory_figure
+
+
+def test_leaf_dataset_defaults_are_the_commands():
+    """Beyond the issue's list, the same kind of copy: a LEAF or JSON dataset entry's defaults in the
+    schema (datasets.*, per kind: LEAF's sampling, FEMNIST's construction, the JSON import's order)
+    are the defaults of the command that builds it (fedsim.cli's prepare-* and import-json), which a
+    person running the command alone gets. The workflow passes every one of them, so the schema's
+    are the ones it runs; tied here, since the schema cannot read argparse."""
+    commands = {"shakespeare": "prepare-shakespeare", "sent140": "prepare-sent140", "femnist": "prepare-femnist",
+                "json": "import-json"}
+    flags = {"glove_dim": "dim"}
+    tied = set()
+    for rule in raw_schema()["properties"]["datasets"]["additionalProperties"]["allOf"]:
+        kind = rule["if"]["properties"]["kind"]["const"]
+        for key, entry in rule["then"].get("properties", {}).items():
+            assert command(commands[kind]).get_default(flags.get(key, key)) == entry["default"], (kind, key)
+            tied.add(kind)
+    assert tied == set(commands)
