@@ -49,7 +49,7 @@ def panel_runs(tmp_path, dataset="synthetic_0_0", K=10, seeds=(0,), dane=None, a
 
 def test_one_row_of_datasets_in_the_papers_order(tmp_path, drawn):
     runs = panel_runs(tmp_path, "synthetic_1_1", alpha=1.0) + panel_runs(tmp_path, "synthetic_iid", iid=True)
-    figures.figure1(runs, None, tmp_path / "f.pdf")
+    figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
     axes = drawn[0].axes
     assert [ax.get_title() for ax in axes] == ["Synthetic IID", "Synthetic (1,1)"]
     assert drawn[0]._suptitle.get_text() == "K = 10, E = 20, rounds = 4; one seed"
@@ -59,7 +59,7 @@ def test_one_row_of_datasets_in_the_papers_order(tmp_path, drawn):
 def test_participation_grid_has_a_row_per_dataset_and_a_column_per_k(tmp_path, drawn):
     runs = [p for d in ("synthetic_iid", "synthetic_0_0") for k in (1, 5, 30)
             for p in panel_runs(tmp_path, d, K=k, iid=d == "synthetic_iid")]
-    figures.figure2(runs, None, tmp_path / "f.pdf")
+    figures.FIGURES["figure2"](runs, None, tmp_path / "f.pdf")
     axes = drawn[0].axes
     assert len(axes) == 6
     assert [ax.get_title() for ax in axes[:3]] == [f"Synthetic IID, K = {k}" for k in (1, 5, 30)]
@@ -68,10 +68,10 @@ def test_participation_grid_has_a_row_per_dataset_and_a_column_per_k(tmp_path, d
 
 def test_feddane_is_shown_at_the_tuned_mu_of_its_setting(tmp_path, drawn):
     runs = panel_runs(tmp_path, dane={0: BLOWUP, 0.1: LOSSES, 1: LOSSES})
-    figures.figure1(runs, tuned_table([("synthetic_0_0", 10, 20, 4, 0.1)]), tmp_path / "f.pdf")
+    figures.FIGURES["figure1"](runs, tuned_table([("synthetic_0_0", 10, 20, 4, 0.1)]), tmp_path / "f.pdf")
     assert "FedDANE (μ=0.1)" in lines(drawn[0].axes[0])
     with pytest.raises(ValueError, match="several values"):
-        figures.figure1(runs, None, tmp_path / "f.pdf")
+        figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
 
 
 def test_both_feddanes_are_shown_each_at_its_own_tuned_mu(tmp_path, drawn):
@@ -79,7 +79,7 @@ def test_both_feddanes_are_shown_each_at_its_own_tuned_mu(tmp_path, drawn):
     runs += [fake_run(tmp_path, mu=mu, losses=LOSSES, correction="authors") for mu in (0, 1)]
     tuned = pd.concat([tuned_table([("synthetic_0_0", 10, 20, 4, 0.1)]),
                        tuned_table([("synthetic_0_0", 10, 20, 4, 1)], correction="authors")])
-    figures.figure1(runs, tuned, tmp_path / "f.pdf")
+    figures.FIGURES["figure1"](runs, tuned, tmp_path / "f.pdf")
     assert set(lines(drawn[0].axes[0])) == {"FedAvg", "FedProx (μ=1)", "FedDANE (μ=0.1)",
                                             "FedDANE, authors' code (μ=1)"}
     figures.tuning_figure(runs, tuned, tmp_path / "t.pdf", fraction=0.5)
@@ -91,7 +91,7 @@ def test_both_feddanes_are_shown_each_at_its_own_tuned_mu(tmp_path, drawn):
 def test_seeds_give_a_mean_and_a_band(tmp_path, drawn):
     runs = panel_runs(tmp_path, seeds=(0, 1))
     runs.append(fake_run(tmp_path, mu=0.01, seed=2, losses=[3.0, 1.0, 1.0, 1.0, 1.0]))
-    figures.figure1(runs, None, tmp_path / "f.pdf")
+    figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
     ax = drawn[0].axes[0]
     bands = [c for c in ax.collections if isinstance(c, matplotlib.collections.PolyCollection)]
     assert len(bands) == 3  # one per method
@@ -101,7 +101,7 @@ def test_seeds_give_a_mean_and_a_band(tmp_path, drawn):
 
 def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
     runs = panel_runs(tmp_path, dane={0.01: BLOWUP[:3] + [math.inf, math.inf]})
-    figures.figure1(runs, None, tmp_path / "f.pdf")
+    figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
     ax = drawn[0].axes[0]
     assert ax.get_ylim() == (0, pytest.approx(1.15 * 3.0))
     markers = {line.get_marker() for line in ax.get_lines()}
@@ -117,7 +117,7 @@ def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
 
 def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(tmp_path, drawn):
     """FedProx at mu = 1 equal to FedAvg (Figure 3's sets): two patterns, both visible."""
-    figures.figure3(panel_runs(tmp_path, seeds=(0, 1)), None, tmp_path / "f.pdf")
+    figures.FIGURES["figure3"](panel_runs(tmp_path, seeds=(0, 1)), None, tmp_path / "f.pdf")
     ax = drawn[0].axes[0]
     styles = {label: line.get_linestyle() for label, line in lines(ax).items()}
     assert styles["FedAvg"] != styles["FedProx (μ=1)"] and len(set(styles.values())) == 3
@@ -126,7 +126,7 @@ def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(t
 
 def test_test_accuracy_and_communication_rounds(tmp_path, drawn):
     runs = panel_runs(tmp_path)
-    figures.figure3(runs, None, tmp_path / "f.pdf", metric="test_acc", x_axis="communication_rounds")
+    figures.FIGURES["figure3"](runs, None, tmp_path / "f.pdf", metric="test_acc", x_axis="communication_rounds")
     ax = drawn[0].axes[0]
     assert ax.get_ylim() == (0, 1) and ax.get_ylabel() == "test accuracy"
     assert ax.get_xlabel() == "# communication rounds"
@@ -140,7 +140,7 @@ def test_beyond_figure_draws_every_method_against_rounds_and_communication_round
         runs += panel_runs(tmp_path, dataset, iid=iid, alpha=0.0 if iid else 1.0)
         runs += [fake_run(tmp_path, method=m, mu=mu, dataset=dataset, iid=iid, alpha=0.0 if iid else 1.0, losses=LOSSES)
                  for m, mu in (("scaffold", 0.0), ("feddane_pipelined", 0.01))]
-    figures.beyond(runs, None, tmp_path / "f.pdf")
+    figures.FIGURES["beyond"](runs, None, tmp_path / "f.pdf")
     top, bottom = drawn[0].axes[:2], drawn[0].axes[2:]
     assert [ax.get_title() for ax in top] == ["Synthetic IID", "Synthetic (1,1)"] == [ax.get_title() for ax in bottom]
     assert {ax.get_xlabel() for ax in top} == {"# rounds"} and {ax.get_xlabel() for ax in bottom} == {"# communication rounds"}
@@ -229,7 +229,7 @@ def test_real_diverging_runs_keep_their_curves(tmp_path, drawn):
         metrics, record = run(RunConfig(method=name, **base, **kw))
         runs[name] = (metrics, tmp_path / name / "run.json")
         write_run(metrics, record, tmp_path / name / "metrics.csv", runs[name][1])
-    figures.figure1([path for _, path in runs.values()], None, tmp_path / "f.pdf")
+    figures.FIGURES["figure1"]([path for _, path in runs.values()], None, tmp_path / "f.pdf")
     ax = drawn[0].axes[0]
     top = ax.get_ylim()[1]
     assert top == pytest.approx(1.15 * runs["fedavg"][0]["train_loss"].max())

@@ -240,12 +240,3 @@ def test_only_the_femnist_panels_of_the_paper(tmp_path):
                                                                      ("figure3", "femnist", "100")}
     counts = job_counts(out)
     assert counts["download"] == 1 and "prepare_sent140" not in counts and "prepare_shakespeare" not in counts
-
-
-def test_config_sources_are_the_packages_sources():
-    from fedsim.download import SOURCES
-
-    for name, entry in default_config()["sources"].items():
-        source = SOURCES[name]
-        assert (entry["base_url"], entry["file"]) == (source.base_url, source.filename)
-        assert (entry.get("sha256"), entry.get("md5")) == (source.sha256, source.md5)

@@ -12,11 +12,11 @@
         --second-subset same --init init-seed{seed}.npz ...     # the authors' code, replayed
     python -m fedsim train --data d.h5 --method feddane_decayed --option tau=50 ...  # a method's setting
     python -m fedsim summarise --out runs.csv RUN_JSON...
-    python -m fedsim findings --fraction 0.1 --out findings_figure1.csv RUN_JSON...
-    python -m fedsim tune --methods feddane feddane_authors --fraction 0.1 --out tuned_mu.csv RUN_JSON...
+    python -m fedsim findings --out findings_figure1.csv RUN_JSON...
+    python -m fedsim tune --methods feddane feddane_authors --out tuned_mu.csv RUN_JSON...
     python -m fedsim figure1 --tuned tuned_mu.csv --out figure1.pdf RUN_JSON...
     python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
-    python -m fedsim tuning-figure --tuned tuned_mu.csv --fraction 0.1 --out tuning.pdf RUN_JSON...
+    python -m fedsim tuning-figure --tuned tuned_mu.csv --out tuning.pdf RUN_JSON...
 
 Errors in the input end the command with one line naming the bad value (exit code 2).
 """
@@ -30,9 +30,12 @@ import sys
 
 from . import settings
 from .atomic import write_csv
+from .download import SOURCES
 from .methods import ENTRIES
 from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import Check, RunConfig
+from .summary import TAIL_FRACTION
+from .synthetic import DEFAULTS as SYNTHETIC
 
 
 def _number(check: Check):
@@ -266,7 +269,7 @@ def _figure(args) -> None:
     from . import figures
 
     tuned = pd.read_csv(args.tuned) if args.tuned else None
-    getattr(figures, args.command)(args.runs, tuned, args.out, metric=args.metric, x_axis=args.x_axis)
+    figures.CURVE_FIGURES[args.command](args.runs, tuned, args.out, metric=args.metric, x_axis=args.x_axis)
 
 
 def _theory_figure(args) -> None:
@@ -296,6 +299,16 @@ def _cost(args) -> None:
         print(f"wrote {args.out}: the workflow's cost estimate reads it from <results_dir>/benchmarks/")
 
 
+# The curves' figures' commands, one per fedsim.figures.CURVE_FIGURES name (their functions are
+# there; this module names them without importing matplotlib: tests/test_one_fact.py ties the two).
+FIGURE_HELP = {"figure1": "Figure 1: FedAvg, FedProx, FedDANE per dataset (K = 10, E = 20)",
+               "figure2": "Figure 2: participation, one row per dataset, one column per K",
+               "figure3": "Figure 3: E = 1 and many devices per round, one panel per dataset",
+               "beyond": "beyond the paper: every method, against rounds and communication rounds",
+               "successors": "FedDANE among its successors: every method against rounds, vectors sent and "
+                             "gradients computed"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -305,16 +318,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--alpha", type=NON_NEGATIVE, default=0.0)
     p.add_argument("--beta", type=NON_NEGATIVE, default=0.0)
     p.add_argument("--iid", action="store_true")
-    p.add_argument("--devices", type=COUNT, default=30)
-    p.add_argument("--features", type=COUNT, default=60)
-    p.add_argument("--classes", type=COUNT, default=10)
-    p.add_argument("--train-fraction", type=SHARE, default=0.9)
-    p.add_argument("--seed", type=INDEX, default=0)
+    p.add_argument("--devices", type=COUNT, default=SYNTHETIC["devices"])
+    p.add_argument("--features", type=COUNT, default=SYNTHETIC["features"])
+    p.add_argument("--classes", type=COUNT, default=SYNTHETIC["classes"])
+    p.add_argument("--train-fraction", type=SHARE, default=SYNTHETIC["train_fraction"])
+    p.add_argument("--seed", type=INDEX, default=SYNTHETIC["seed"])
     p.add_argument("--out", required=True)
     p.set_defaults(func=_generate_synthetic)
 
     p = sub.add_parser("fetch", help="download (or copy) a raw source, checksum-verified")
-    p.add_argument("source", help="a source name (shakespeare, nist_by_class, sent140, glove) or a URL")
+    p.add_argument("source", help=f"a source name ({', '.join(SOURCES)}) or a URL")
     p.add_argument("--out", required=True, help="destination file (or folder ending with /)")
     p.add_argument("--base-url", help="replaces the source's default base URL")
     p.add_argument("--sha256", help="expected sha256 (default: the source's recorded checksums)")
@@ -411,7 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_train)
 
     p = sub.add_parser("summarise", help="one row per run: runs.csv")
-    p.add_argument("--fraction", type=SHARE, default=0.1,
+    p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION,
                    help="the tail columns average this last fraction of each run's rounds")
     p.add_argument("--out", required=True)
     p.add_argument("runs", nargs="+", help="run.json files")
@@ -419,7 +432,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("findings", help="a figure in numbers: per setting and method, tail means over seeds, "
                                         "min-max, rank")
-    p.add_argument("--fraction", type=SHARE, default=0.1, help="the tail: this last fraction of each run's rounds")
+    p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION,
+                   help="the tail: this last fraction of each run's rounds")
     p.add_argument("--out", required=True)
     p.add_argument("--across-k", action="store_true",
                    help="rank every K of a dataset in one panel (methods that need every device beside sampling ones)")
@@ -429,18 +443,12 @@ def build_parser() -> argparse.ArgumentParser:
     tuned = [name for name, e in ENTRIES.items() if e.method.tuned_setting]
     p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")
     p.add_argument("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)")
-    p.add_argument("--fraction", type=SHARE, default=0.1)
+    p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION)
     p.add_argument("--out", required=True)
     p.add_argument("runs", nargs="+")
     p.set_defaults(func=_tune)
 
-    figures = {"figure1": "Figure 1: FedAvg, FedProx, FedDANE per dataset (K = 10, E = 20)",
-               "figure2": "Figure 2: participation, one row per dataset, one column per K",
-               "figure3": "Figure 3: E = 1 and many devices per round, one panel per dataset",
-               "beyond": "beyond the paper: every method, against rounds and communication rounds",
-               "successors": "FedDANE among its successors: every method against rounds, vectors sent and "
-                             "gradients computed"}
-    for name, help_text in figures.items():
+    for name, help_text in FIGURE_HELP.items():
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--tuned", help="tuned_mu.csv: shows FedDANE at the chosen mu where the runs hold several")
         p.add_argument("--metric", choices=["train_loss", "test_acc"], default="train_loss")
@@ -458,7 +466,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tuning-figure", help="FedDANE's tail training loss against mu, per dataset")
     p.add_argument("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)")
     p.add_argument("--methods", nargs="+", default=tuned, help="the tuned methods to show (those with runs)")
-    p.add_argument("--fraction", type=SHARE, default=0.1)
+    p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION)
     p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
     p.add_argument("runs", nargs="+")
     p.set_defaults(func=_tuning_figure)

@@ -10,16 +10,21 @@ would pass beside K: 2; here integers are ints only.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from pathlib import Path
 
 import jsonschema
 import yaml
 
+from .download import SOURCES
 from .experiments import (LSTM_KINDS, ConfigError, Setting, as_list, dataset_sources, experiment_ks,
                           method_kind, method_setting,
                           n_devices, synthetic_settings, used_datasets)
 from .methods import ENTRIES, REGISTRY
+from .settings import RunConfig, rng_problem
+from .summary import TAIL_FRACTION
+from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
 # Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
 MAX_ROUNDS = 100_000
@@ -28,10 +33,43 @@ MAX_DATASET_GB = 8.0
 SYNTHETIC_MEAN_SAMPLES = 453  # E[int(lognormal(4, 2))] + 50 = e^6 + 50: FedProx's device sizes
 
 
+# The schema's keys that are one run setting each (fedsim.settings.RunConfig's field of that name), by
+# the schema path of the properties that hold them: their allowed values and defaults are RunConfig's,
+# filled in by load_schema, so the schema states neither.
+RUN_SETTINGS = {
+    ("properties", "simulator", "properties"): ("selection", "second_subset", "rng", "init", "device", "threads"),
+    ("properties", "datasets", "additionalProperties", "properties"): ("load",),
+    ("properties", "experiments", "additionalProperties", "properties"): ("theory",),
+}
+
+
+def schema_at(schema: dict, path) -> dict:
+    for key in path:
+        schema = schema[key]
+    return schema
+
+
 def load_schema(path) -> dict:
-    """The config schema, its method list filled in from fedsim's registry (methods and variants)."""
+    """The config schema, with what fedsim declares filled in: the method list from its registry
+    (methods and variants), the run settings' allowed values and defaults from RunConfig
+    (RUN_SETTINGS), the synthetic generator's defaults (fedsim.synthetic.DEFAULTS), the tuning
+    criterion's tail fraction (fedsim.summary.TAIL_FRACTION) and the raw sources' names
+    (fedsim.download.SOURCES)."""
     schema = yaml.safe_load(Path(path).read_text())
     schema["definitions"]["method"]["enum"] = list(ENTRIES)
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for where, names in RUN_SETTINGS.items():
+        properties = schema_at(schema, where)
+        for name in names:
+            f = fields[name]
+            if f.metadata["choices"]:
+                properties[name]["enum"] = list(f.metadata["choices"])
+            if f.default is not dataclasses.MISSING:
+                properties[name]["default"] = f.default
+    for key, default in SYNTHETIC_DEFAULTS.items():
+        schema["properties"]["synthetic"]["properties"][key]["default"] = default
+    schema["properties"]["tuning"]["properties"]["fraction"]["default"] = TAIL_FRACTION
+    schema["properties"]["sources"]["properties"] = {name: {"$ref": "#/definitions/source"} for name in SOURCES}
     return schema
 
 
@@ -231,16 +269,13 @@ def _check_mu_from(cfg, name, exp) -> None:
 
 
 def _check_rng(cfg) -> None:
-    """The authors' draws select uniformly, and FedDANE's two subsets alike (fedsim.authors)."""
+    """rng: authors's rule, over every method the experiments run (fedsim.settings.rng_problem)."""
     sim = cfg["simulator"]
-    if sim["rng"] != "authors":
-        return
-    if sim["selection"] != "uniform":
-        raise ConfigError(["simulator", "selection"], "must be uniform with rng: authors (their code's)")
-    two_subsets = [m for e in cfg["experiments"].values() for m in e["methods"] if ENTRIES[m].method.gradients == "sampled"]
-    if two_subsets and sim["second_subset"] != "same":
-        raise ConfigError(["simulator", "second_subset"], "must be same with rng: authors (their FedDANE draws "
-                          "its second subset with the first one's seed)")
+    methods = [m for e in cfg["experiments"].values() for m in e["methods"]]
+    problem = rng_problem(sim["rng"], sim["selection"], sim["second_subset"], methods)
+    if problem:
+        name, needed, why = problem
+        raise ConfigError(["simulator", name], f"must be {needed} with rng: authors ({why})")
 
 
 def _check_method_options(cfg) -> None:

@@ -16,10 +16,11 @@ import pandas as pd
 
 from .methods import ENTRIES
 from .settings import clients_per_round_problem
+from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
 LSTM_KINDS = ("shakespeare", "sent140")
 LEAF_KINDS = ("femnist", "shakespeare", "sent140")
-SYNTHETIC_KEYS = ("devices", "features", "classes", "train_fraction", "seed")
+SYNTHETIC_KEYS = tuple(SYNTHETIC_DEFAULTS)  # the generator's settings a synthetic dataset's entry may override
 # What names a run (its folder); T is the rounds tag, theory the theory tag (run_stem)
 # mu: the value of the method's setting (setting_name: its mu, or the option it is tuned over)
 RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "T", "theory", "seed")

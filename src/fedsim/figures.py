@@ -227,9 +227,6 @@ def _setting_text(key: tuple, show: list) -> list[str]:
     return [f"{name} = {value}" for name, value, s in zip(("K", "E", "rounds"), key[1:], show) if s]
 
 
-figure1 = figure2 = figure3 = experiment_figure  # the paper's figures differ in their runs only
-
-
 def beyond_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
                   x_axis: str = "rounds") -> None:
     """Beyond the paper: one column per dataset (one setting each), the metric against rounds in
@@ -251,9 +248,6 @@ def beyond_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "tr
             ax.set_ylabel(METRICS.get(metric, metric))
     fig.suptitle(", ".join(_setting_text(keys[0], [True] * 3)) + "; " + band_text(runs), fontsize=10)
     save(fig, out)
-
-
-beyond = beyond_figure
 
 
 def successors_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
@@ -289,9 +283,6 @@ def successors_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
     fig.suptitle(f"K = {panel_k} (K = all devices where marked), E = {first['epochs']}, rounds = {first['rounds']}; "
                  + band_text(runs), fontsize=10)
     save(fig, out)  # tight_layout makes room for the legends below the bottom row (they are the axes')
-
-
-successors = successors_figure
 
 
 def decrease_table(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -443,3 +434,11 @@ def save(fig, out, rect=(0, 0, 1, 1)) -> None:
         with atomic_path(f"{stem}.{ext}") as tmp:
             fig.savefig(tmp, format=ext, dpi=150)
     plt.close(fig)
+
+
+# The figures an experiment's `figure` may name (the config schema's enum; tests/test_one_fact.py ties
+# them): the curves' figures, each the command `fedsim <name>` drawing f(runs, tuned, out, metric, x_axis)
+# (the paper's figures differ in their runs only), and `theory`, the command `fedsim theory-figure`.
+CURVE_FIGURES = {"figure1": experiment_figure, "figure2": experiment_figure, "figure3": experiment_figure,
+                 "beyond": beyond_figure, "successors": successors_figure}
+FIGURES = {**CURVE_FIGURES, "theory": theory_figure}

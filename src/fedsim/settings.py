@@ -135,12 +135,11 @@ class RunConfig:
                 raise ValueError(f"bad run setting {f.name}={value!r}")
         if method.mu == "none" and self.mu != 0:
             raise ValueError(f"bad run setting mu={self.mu!r}: {self.method} has no proximal term")
-        if self.rng == "authors":  # their code draws uniformly, and FedDANE's two subsets alike
-            if self.selection != "uniform":
-                raise ValueError(f"bad run setting selection={self.selection!r}: rng=authors selects uniformly")
-            if method.gradients == "sampled" and self.second_subset != "same":
-                raise ValueError(f"bad run setting second_subset={self.second_subset!r}: "
-                                 "rng=authors draws FedDANE's second subset as its first (use same)")
+        problem = rng_problem(self.rng, self.selection, self.second_subset, [self.method])
+        if problem:
+            name, needed, why = problem
+            raise ValueError(f"bad run setting {name}={getattr(self, name)!r}: must be {needed} with "
+                             f"rng=authors ({why})")
         self._validate_machine_and_files()
 
     def _validate_machine_and_files(self) -> None:
@@ -197,6 +196,20 @@ def check_clients_per_round(k: int, num_devices: int, selection: str = "uniform"
     problem = clients_per_round_problem(k, num_devices, selection)
     if problem:
         raise ValueError(f"bad run setting clients_per_round={k}: {problem}")
+
+
+def rng_problem(rng: str, selection: str, second_subset: str, methods) -> tuple[str, str, str] | None:
+    """What rng=authors rules out, for runs of `methods` (method or variant names): the authors' code
+    selects uniformly, and draws FedDANE's second subset (a method whose gradients are `sampled`)
+    with its first one's seed. (setting, the value it must have, why) of the first setting that
+    breaks the rule, or None. RunConfig.validate and the workflow's config check both ask here."""
+    if rng != "authors":
+        return None
+    if selection != "uniform":
+        return "selection", "uniform", "their code's"
+    if second_subset != "same" and any(ENTRIES[m].method.gradients == "sampled" for m in methods):
+        return "second_subset", "same", "their FedDANE draws its second subset with the first one's seed"
+    return None
 
 
 def participation_problem(method: str, k: int, num_devices: int, selection: str = "uniform") -> str | None:

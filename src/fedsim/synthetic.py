@@ -25,13 +25,16 @@ returns everything in memory and is meant for small N.
 
 import numpy as np
 
-from .data import write_dataset_stream
-
 GENERATOR_VERSION = 1  # bump when the draw order changes: same seed, different data
+# The generator's settings besides alpha, beta and iid, at the FedProx paper's values, by the names
+# of the workflow config's `synthetic` keys and of `fedsim generate-synthetic`'s options: their
+# defaults there are these (the config schema's are filled in by fedsim.configcheck.load_schema).
+DEFAULTS = {"devices": 30, "features": 60, "classes": 10, "train_fraction": 0.9, "seed": 0}
 
 
-def synthetic_stream(*, alpha, beta, iid, num_devices=30, num_features=60, num_classes=10, seed=0,
-                     train_fraction=0.9, block_rows=1 << 20):
+def synthetic_stream(*, alpha, beta, iid, num_devices=DEFAULTS["devices"], num_features=DEFAULTS["features"],
+                     num_classes=DEFAULTS["classes"], seed=DEFAULTS["seed"], train_fraction=DEFAULTS["train_fraction"],
+                     block_rows=1 << 20):
     """(header, blocks): header holds write_dataset_stream's metadata, blocks yields the rows."""
     if alpha < 0 or beta < 0 or (iid and (alpha or beta)):
         raise ValueError(f"alpha, beta: expected >= 0 (and 0 when iid), got {alpha}, {beta}")
@@ -86,8 +89,9 @@ def _blocks(devices, n_train, block_rows):
         yield tuple(np.concatenate(p) for p in zip(*parts))
 
 
-def generate_synthetic(*, alpha, beta, iid, num_devices=30, num_features=60, num_classes=10, seed=0,
-                       train_fraction=0.9):
+def generate_synthetic(*, alpha, beta, iid, num_devices=DEFAULTS["devices"], num_features=DEFAULTS["features"],
+                       num_classes=DEFAULTS["classes"], seed=DEFAULTS["seed"],
+                       train_fraction=DEFAULTS["train_fraction"]):
     """The whole dataset in memory: a dict of write_dataset's array arguments plus provenance."""
     header, blocks = synthetic_stream(alpha=alpha, beta=beta, iid=iid, num_devices=num_devices,
                                       num_features=num_features, num_classes=num_classes, seed=seed,
@@ -99,5 +103,7 @@ def generate_synthetic(*, alpha, beta, iid, num_devices=30, num_features=60, num
 
 def write_synthetic(path, *, name, chunk_rows=None, block_rows=1 << 20, **kwargs):
     """Generate Synthetic(alpha, beta) (kwargs as generate_synthetic) and stream it to `path`."""
+    from .data import write_dataset_stream  # here: the config check reads DEFAULTS without h5py
+
     header, blocks = synthetic_stream(block_rows=block_rows, **kwargs)
     write_dataset_stream(path, name=name, kind="synthetic", blocks=blocks, chunk_rows=chunk_rows, **header)

@@ -1,0 +1,200 @@
+"""One fact, one place: each fact below has ONE owner in fedsim's code, the other places derive
+from it, and where a copy cannot derive (YAML a person reads, a parser that must not import
+matplotlib) the test of that fact ties the copy to its owner, so that it fails when they drift."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedsim import cli, download, experiments, settings, summary, synthetic
+from fedsim.configcheck import RUN_SETTINGS, check_config, load_schema, schema_at
+from fedsim.experiments import ConfigError
+from fedsim.progress import PROGRESS_SECONDS
+from fedsim.settings import RunConfig
+
+REPO = Path(__file__).resolve().parents[1]
+SCHEMA_FILE = REPO / "workflow" / "schemas" / "config.schema.yaml"
+
+
+def raw_schema() -> dict:
+    """The schema file as written, before load_schema fills in what fedsim declares."""
+    return yaml.safe_load(SCHEMA_FILE.read_text())
+
+
+def default_config() -> dict:
+    return yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+
+
+def command(name: str) -> argparse.ArgumentParser:
+    """The parser of one `fedsim` command."""
+    [commands] = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return commands.choices[name]
+
+
+def test_run_settings_in_the_schema_are_runconfigs():
+    """The config keys that are run settings (simulator.selection, second_subset, rng, init, device,
+    threads; datasets.*.load; experiments.*.theory): their allowed values and defaults are
+    fedsim.settings.RunConfig's fields', filled into the schema by fedsim.configcheck.load_schema
+    (RUN_SETTINGS), so the schema file states neither, and no other key named like a field states
+    its own. config/config.yaml's `simulator:` section, written out for the reader, holds the
+    defaults, and simulator.progress_seconds's default is fedsim.progress.PROGRESS_SECONDS."""
+    fields = {f.name: f for f in dataclasses.fields(RunConfig)}
+    raw, schema = raw_schema(), load_schema(SCHEMA_FILE)
+    for where, names in RUN_SETTINGS.items():
+        written, loaded = schema_at(raw, where), schema_at(schema, where)
+        for name in names:
+            f = fields[name]
+            assert not {"enum", "default"} & set(written[name]), f"{'/'.join(where)}/{name}: a copy of RunConfig's"
+            assert loaded[name].get("enum") == (list(f.metadata["choices"]) or None), name
+            assert loaded[name]["default"] == f.default, name
+        for name in set(written) & set(fields) - set(names):  # eval_devices, rounds, seed (the generator's)
+            assert not {"enum", "default"} & set(written[name]), (
+                f"{'/'.join(where)}/{name}: states its own values or default (list it in RUN_SETTINGS)")
+    simulator = schema["properties"]["simulator"]["properties"]
+    assert default_config()["simulator"] == {key: entry["default"] for key, entry in simulator.items()}
+    assert simulator["progress_seconds"]["default"] == PROGRESS_SECONDS
+
+
+def test_synthetic_defaults_are_the_generators():
+    """The synthetic generator's defaults (devices, features, classes, train_fraction, seed) are
+    fedsim.synthetic.DEFAULTS: the generator's keyword defaults, `fedsim generate-synthetic`'s
+    option defaults (fedsim.cli), the schema's `synthetic` defaults (load_schema) and the keys a
+    dataset entry may override (fedsim.experiments.SYNTHETIC_KEYS) read it; config/config.yaml's
+    `synthetic:` section, written out for the reader, equals it."""
+    defaults = synthetic.DEFAULTS
+    written = raw_schema()["properties"]["synthetic"]["properties"]
+    loaded = load_schema(SCHEMA_FILE)["properties"]["synthetic"]["properties"]
+    assert list(written) == list(defaults) and not any("default" in entry for entry in written.values())
+    assert {key: entry["default"] for key, entry in loaded.items()} == defaults
+    assert set(defaults) <= set(raw_schema()["properties"]["datasets"]["additionalProperties"]["properties"])
+    assert experiments.SYNTHETIC_KEYS == tuple(defaults)
+    parser = command("generate-synthetic")
+    assert {key: parser.get_default(key) for key in defaults} == defaults
+    names = {"devices": "num_devices", "features": "num_features", "classes": "num_classes",
+             "train_fraction": "train_fraction", "seed": "seed"}
+    for function in (synthetic.synthetic_stream, synthetic.generate_synthetic):
+        parameters = inspect.signature(function).parameters
+        assert {key: parameters[names[key]].default for key in defaults} == defaults, function.__name__
+    assert default_config()["synthetic"] == defaults
+
+
+def test_tail_fraction_is_summarys():
+    """The tuning criterion's tail fraction of rounds (0.1) is fedsim.summary.TAIL_FRACTION: the
+    default of summarise() and findings(), of the --fraction of `fedsim summarise`, `findings`,
+    `tune` and `tuning-figure` (fedsim.cli) and of the schema's tuning.fraction (load_schema);
+    config/config.yaml's `tuning: fraction`, written out for the reader, equals it."""
+    fraction = summary.TAIL_FRACTION
+    assert "default" not in raw_schema()["properties"]["tuning"]["properties"]["fraction"]
+    assert load_schema(SCHEMA_FILE)["properties"]["tuning"]["properties"]["fraction"]["default"] == fraction
+    for name in ("summarise", "findings", "tune", "tuning-figure"):
+        assert command(name).get_default("fraction") == fraction, name
+    for function in (summary.summarise, summary.findings):
+        assert inspect.signature(function).parameters["fraction"].default == fraction, function.__name__
+    assert default_config()["tuning"]["fraction"] == fraction
+
+
+def test_raw_sources_are_downloads():
+    """The LEAF raw sources (their names, base URLs, file names and checksums) are
+    fedsim.download.SOURCES: the schema's `sources` keys (load_schema), the names `fedsim fetch`
+    lists, and the sources the dataset kinds need (fedsim.experiments.dataset_sources) come from
+    it or are among it; config/config.yaml's `sources:`, written out for the reader (and passed to
+    each download), equals it."""
+    sources = download.SOURCES
+    config = default_config()["sources"]
+    assert list(config) == list(sources)
+    for name, entry in config.items():
+        source = sources[name]
+        assert (entry["base_url"], entry["file"]) == (source.base_url, source.filename), name
+        assert (entry.get("sha256"), entry.get("md5")) == (source.sha256, source.md5), name
+    assert raw_schema()["properties"]["sources"]["properties"] == {}
+    assert list(load_schema(SCHEMA_FILE)["properties"]["sources"]["properties"]) == list(sources)
+    [named] = [a for a in command("fetch")._actions if a.dest == "source"]
+    assert all(name in named.help for name in sources)
+    kinds = raw_schema()["properties"]["datasets"]["additionalProperties"]["properties"]["kind"]["enum"]
+    needed = {s for kind in kinds for s in experiments.dataset_sources({"datasets": {"d": {"kind": kind}}}, "d")}
+    assert needed == set(sources)
+
+
+def _config(method: str, **simulator) -> dict:
+    dataset = {"kind": "synthetic", "iid": True, "alpha": 0, "beta": 0, "lr": 0.01, "batch_size": 10,
+               "rounds": 2, "fedprox_mu": 1}
+    return {"datasets": {"d": dataset}, "simulator": simulator,
+            "experiments": {"e": {"datasets": ["d"], "methods": [method], "clients_per_round": 2, "epochs": 1}}}
+
+
+def _config_refuses(method: str, **simulator) -> str | None:
+    """The simulator key the workflow's config check refuses, or None."""
+    try:
+        check_config(_config(method, **simulator), load_schema(SCHEMA_FILE), REPO)
+    except ConfigError as err:
+        assert err.path.startswith("simulator."), err
+        return err.path.removeprefix("simulator.")
+    return None
+
+
+def _run_refuses(method: str, **simulator) -> str | None:
+    """The setting RunConfig.validate refuses, or None (past the rules, it misses the dataset file)."""
+    with pytest.raises(ValueError) as err:
+        RunConfig(data=str(REPO / "no-such-dataset.h5"), method=method, **simulator).validate()
+    text = str(err.value)
+    if text.startswith("dataset file not found"):
+        return None
+    assert text.startswith("bad run setting ") and "rng=authors" in text, text
+    return text.removeprefix("bad run setting ").split("=")[0]
+
+
+@pytest.mark.parametrize("method", ["fedavg", "feddane", "feddane_authors"])
+def test_rng_authors_rule_is_settings(method):
+    """When rng must not be "authors" (or rather: what rng=authors needs: uniform selection and,
+    for a method that samples its gradient devices, second_subset same) is
+    fedsim.settings.rng_problem: RunConfig.validate (a run) and fedsim.configcheck._check_rng (the
+    workflow's config, before any job) both ask it, and refuse the same settings by the same key."""
+    for rng in ("fedsim", "authors"):
+        for selection in ("uniform", "weighted"):
+            for second_subset in ("independent", "same"):
+                simulator = dict(rng=rng, selection=selection, second_subset=second_subset)
+                refused = _run_refuses(method, **simulator)
+                assert refused == _config_refuses(method, **simulator), simulator
+                expected = settings.rng_problem(rng, selection, second_subset, [method])
+                assert refused == (expected[0] if expected else None), simulator
+    assert _run_refuses(method, rng="authors", selection="weighted") == "selection"
+
+
+def test_figure_names_are_figures():
+    """The figures an experiment's `figure` may name are fedsim.figures.FIGURES (the plotting
+    functions): the schema's definitions.figure enum and the commands of fedsim.cli that draw
+    them (FIGURE_HELP: one `fedsim <name>` per curve figure, dispatched through
+    figures.CURVE_FIGURES; `theory` is `fedsim theory-figure`) name the same figures. The schema
+    and the CLI cannot import matplotlib to read them, so they are tied here."""
+    from fedsim import figures
+
+    assert raw_schema()["definitions"]["figure"]["enum"] == list(figures.FIGURES)
+    assert list(cli.FIGURE_HELP) == list(figures.CURVE_FIGURES)
+    assert set(figures.FIGURES) - set(figures.CURVE_FIGURES) == {"theory"}
+    for name in figures.CURVE_FIGURES:
+        assert command(name).get_default("func") is cli._figure, name
+    assert command("theory-figure").get_default("func") is cli._theory_figure
+
+
+def test_leaf_dataset_defaults_are_the_commands():
+    """Beyond the issue's list, the same kind of copy: a LEAF or JSON dataset entry's defaults in the
+    schema (datasets.*, per kind: LEAF's sampling, FEMNIST's construction, the JSON import's order)
+    are the defaults of the command that builds it (fedsim.cli's prepare-* and import-json), which a
+    person running the command alone gets. The workflow passes every one of them, so the schema's
+    are the ones it runs; tied here, since the schema cannot read argparse."""
+    commands = {"shakespeare": "prepare-shakespeare", "sent140": "prepare-sent140", "femnist": "prepare-femnist",
+                "json": "import-json"}
+    flags = {"glove_dim": "dim"}
+    tied = set()
+    for rule in raw_schema()["properties"]["datasets"]["additionalProperties"]["allOf"]:
+        kind = rule["if"]["properties"]["kind"]["const"]
+        for key, entry in rule["then"].get("properties", {}).items():
+            assert command(commands[kind]).get_default(flags.get(key, key)) == entry["default"], (kind, key)
+            tied.add(kind)
+    assert tied == set(commands)
