@@ -10,7 +10,7 @@ and its role:
 - EXECUTION: how the data is read and copied (threads, load): the same bits at any value.
 
 The `train` command's options (fedsim.cli), RunConfig.validate, the runs table's setting columns
-(fedsim.summary) and the checkpoint fingerprint (fedsim.train) are derived from these fields, so a
+(fedsim.summary) and the checkpoint fingerprint (fedsim.checkpoint) are derived from these fields, so a
 new setting is one field here, and a new RESULT field can never merge tuning groups unseen.
 
 No torch here: the CLI builds its parser from this module, and the workflow may import it.

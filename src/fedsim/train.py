@@ -37,10 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -48,17 +45,17 @@ import pandas as pd
 import torch
 
 from . import __version__
-from .atomic import atomic_path
+from .checkpoint import Checkpoint
 from .data import FederatedDataset
 from . import authors
-from .engine import ENGINES, Clients, SGDSettings, all_device_grads, device_grads, local_samples, local_steps
+from .engine import ENGINES, Clients, SGDSettings, device_grads, local_samples, local_steps
 from .methods import ENTRIES, RoundContext, get_method, traffic, variant_of
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
 from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
-from .settings import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, check_clients_per_round, check_participation,
-                       fingerprint)
+from .settings import RunConfig, check_clients_per_round, check_participation
+from .theory import THEORY_COLUMNS, LocalHessians, measure_theory
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -184,63 +181,6 @@ class RunData:
                 "eval_devices": len(self.eval_ids) if sampled else self.dataset.num_devices}
 
 
-@dataclass
-class Checkpoint:
-    """Where and how often a run saves its state, to continue after a kill.
-
-    fedsim's randomness is a function of (seed, round, device), never of a generator's
-    state, so the global model, the metrics so far and the run's `state` (the method's own,
-    as SCAFFOLD's control variates; the authors' shuffle: each device's epoch count; with
-    `theory`, the power iteration's start) are the whole state: a resumed run ends
-    bit-identical to one never interrupted. The file is written atomically; one that cannot
-    be read, or belongs to other settings, is ignored with a warning.
-    """
-
-    path: Path
-    every: int = CHECKPOINT_EVERY
-    seconds: float = CHECKPOINT_SECONDS  # at least this long since the last save (or since this was made)
-    _last: float = dataclasses.field(default_factory=lambda: time.monotonic(), init=False, repr=False, compare=False)
-
-    def due(self, round_: int, start: int) -> bool:
-        """Whether to save before round `round_` of a run that started (or resumed) at `start`."""
-        return round_ > start and round_ % self.every == 0 and time.monotonic() - self._last >= self.seconds
-
-    def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict],
-             state: dict[str, torch.Tensor]) -> None:
-        saved = {"settings": _fingerprint(config), "round": round_, "params": params.cpu(), "rows": rows,
-                 "state": {k: v.cpu() for k, v in state.items()}}
-        with atomic_path(self.path) as tmp:
-            torch.save(saved, tmp)
-        self._last = time.monotonic()
-
-    def load(self, config: RunConfig, params: torch.Tensor, state: dict[str, torch.Tensor]):
-        """(round, params, rows, state) saved for these settings, or None to start from round 0;
-        `state` is the run's initial state (names and shapes the saved one must have)."""
-        if not self.path.exists():
-            return None
-        try:
-            saved = torch.load(self.path, weights_only=True)
-            round_, values, rows, extra = saved["round"], saved["params"], saved["rows"], saved["state"]
-            if saved["settings"] != _fingerprint(config):
-                raise ValueError("it was saved by a run with other settings")
-            if values.shape != params.shape or len(rows) != round_ or not 0 < round_ <= config.rounds \
-                    or {k: v.shape for k, v in extra.items()} != {k: v.shape for k, v in state.items()}:
-                raise ValueError("its contents are inconsistent")
-        except Exception as err:  # a torn or foreign file must never stop or bend the run
-            warnings.warn(f"ignoring checkpoint {self.path}: {err}; starting from round 0", stacklevel=2)
-            return None
-        return round_, values.to(params), rows, extra
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-def _fingerprint(config: RunConfig) -> str:
-    """The settings a checkpoint must share with the run resuming it (fedsim.settings: not the
-    EXECUTION fields, which leave every bit as it is)."""
-    return fingerprint(config)
-
-
 def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) -> tuple[pd.DataFrame, dict]:
     """Train; return the per-round metrics and the run's record (config, result, provenance).
 
@@ -329,7 +269,6 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
             counts["gradient_evaluations"] += 2 * samples
 
         def hessians(devices: np.ndarray):
-            from .theory import LocalHessians
             return LocalHessians(model, params, [train.subset([k])[0] for k in devices], count)
         return hessians
 
@@ -406,29 +345,6 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         if "epochs_done" in state:  # uniform selection: no device twice in a round
             state["epochs_done"][torch.from_numpy(solvers)] += config.epochs
     return rows, None, (start or None)
-
-
-THEORY_COLUMNS = ["hessian_max", "inexactness", "grad_norm_sq", "rho"]
-
-
-def measure_theory(model, params, problem, local_models, train: Clients, solvers, eval_train: Clients, row: dict,
-                   start: torch.Tensor) -> tuple[dict, torch.Tensor]:
-    """Theorem 1's constants for the round that starts at `params` (metrics row `row`): L, gamma,
-    ||grad f||^2 and rho; and the Hessian's top eigenvector, where the next round's power iteration
-    starts (run state, checkpointed: the start moves L within the iteration's tolerance, and a
-    resumed run must end bit-identical)."""
-    from . import theory
-
-    lipschitz, vector = theory.hessian_max(model, params, eval_train.x[:-1], start)
-    at_end = torch.cat([device_grads(model, w, train, [k]) for w, k in zip(local_models, solvers)])
-    gamma = theory.inexactness(params, local_models, problem.mu, problem.correction,
-                               device_grads(model, params, train, solvers), at_end)
-    sizes = eval_train.sizes
-    grads = all_device_grads(model, params, eval_train).flatten(1)
-    grad_f = torch.from_numpy(sizes / sizes.sum()).to(grads) @ grads
-    constants = {"hessian_max": lipschitz, "inexactness": gamma, "grad_norm_sq": float(grad_f.square().sum()),
-                 "rho": theory.rho(problem.mu, gamma, lipschitz, row["b_dissimilarity"])}
-    return constants, vector
 
 
 def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
