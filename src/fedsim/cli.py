@@ -288,7 +288,7 @@ def _cost(args) -> None:
     import json
     from pathlib import Path
 
-    from .cost import calibrate
+    from .calibration import calibrate
 
     constants = calibrate(steps=args.steps)
     if args.out:
