@@ -141,21 +141,22 @@ class RunConfig:
             if method.gradients == "sampled" and self.second_subset != "same":
                 raise ValueError(f"bad run setting second_subset={self.second_subset!r}: "
                                  "rng=authors draws FedDANE's second subset as its first (use same)")
-        self._validate_machine_and_files()
+        self._validate_files()
 
-    def _validate_machine_and_files(self) -> None:
-        """What this machine must have: a GPU for cuda, the dataset and init files."""
-        import torch  # here, not at the top: the CLI's parser and the workflow read this module
-
-        from .authors import init_file
-
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"bad run setting device='cuda': torch {torch.__version__} sees no CUDA device "
-                             "(use cpu, or auto: a GPU where there is one)")
+    def _validate_files(self) -> None:
+        """What this machine must hold: the dataset and init files. (Whether it has the GPU that
+        device=cuda asks for is torch's to say: fedsim.train.check_machine, since this module
+        imports no torch, not even here.)"""
         if not Path(self.data).is_file():
             raise ValueError(f"dataset file not found: {self.data}")
         if self.init is not None and not init_file(self.init, self.seed).is_file():
             raise ValueError(f"init file not found: {init_file(self.init, self.seed)}")
+
+
+def init_file(path: str, seed: int) -> Path:
+    """An init path, where `{seed}` stands for the run's seed (one file per seed, as the authors'
+    --seed gave one initial model per seed: fedsim.authors reads it)."""
+    return Path(str(path).replace("{seed}", str(seed)))
 
 
 def allowed(f: dataclasses.Field, value) -> bool:

@@ -54,7 +54,7 @@ from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
 from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
-from .settings import RunConfig, check_clients_per_round, check_participation
+from .settings import RunConfig, check_clients_per_round, check_participation, init_file
 from .theory import THEORY_COLUMNS, LocalHessians, measure_theory
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
@@ -70,6 +70,14 @@ def select_devices(seed: int, round_: int, stream: int, k: int, sizes: np.ndarra
     if selection == "weighted":
         return rng.choice(n, size=k, replace=True, p=sizes / sizes.sum())
     return np.sort(rng.choice(n, size=k, replace=False))
+
+
+def check_machine(config: RunConfig) -> None:
+    """Raise ValueError where this machine lacks what the run asks for: a GPU for device=cuda
+    (RunConfig.validate checks the rest without torch)."""
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"bad run setting device='cuda': torch {torch.__version__} sees no CUDA device "
+                         "(use cpu, or auto: a GPU where there is one)")
 
 
 def _compute_device(name: str) -> torch.device:
@@ -189,6 +197,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
     there is one, and saves its state as `checkpoint.due` says.
     """
     config.validate()
+    check_machine(config)
     started = time.perf_counter()
     with torch_threads(1), FederatedDataset(config.data) as dataset:
         check_clients_per_round(config.clients_per_round, dataset.num_devices, config.selection)
@@ -232,7 +241,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
 def _init_record(config: RunConfig) -> dict:
     if config.init is None:
         return {"source": "fedsim", "seed": config.seed}
-    path = authors.init_file(config.init, config.seed)
+    path = init_file(config.init, config.seed)
     return {"source": "file", "file": str(path), "sha256": authors.file_sha256(path)}
 
 
@@ -366,7 +375,7 @@ def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) 
 def initial_params(config: RunConfig, model, dtype: torch.dtype) -> torch.Tensor:
     """The model the run starts from: the `init` file's, else fedsim's seeded draw."""
     if config.init is not None:
-        return authors.load_init(authors.init_file(config.init, config.seed), model, dtype)
+        return authors.load_init(init_file(config.init, config.seed), model, dtype)
     init_seed = int(np.random.SeedSequence([config.seed, INIT_STREAM]).generate_state(1)[0])
     return model.init(torch.Generator().manual_seed(init_seed), dtype)
 
