@@ -11,12 +11,14 @@ Protocol (the reference code's, with the paper's text as options):
 - a method's own settings are its `options` (fedsim.methods: each method declares them; FedDANE's
   `correction` is the paper's g_t - grad F_k(w^{t-1}) or what the authors' code computed);
   `method` may name a variant (feddane_authors), which the config turns into method + options;
-- a method's state (SCAFFOLD's control variates, ...) is checkpointed with the model;
+- a method's state (SCAFFOLD's control variates, ...) is checkpointed with the model
+  (fedsim.checkpoint: the file, when it is written, whose settings it holds);
 - `rng: authors` replaces fedsim's draws by the authors' (selection seeded by the round, their
   compounding mini-batch shuffle: fedsim.authors); `init` loads an initial model from a file;
 - metrics row t describes the global model after t rounds (row 0: the initial model);
 - a non-finite training loss ends the run at that round: the run is recorded as
-  diverged there, with every metric so far.
+  diverged there, with every metric so far;
+- `theory: true` adds Theorem 1's constants to every round's metrics (fedsim.theory measures them).
 
 The settings themselves (RunConfig: each field's meaning, range and role) are declared in
 fedsim.settings; train re-exports RunConfig.
