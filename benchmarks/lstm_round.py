@@ -29,7 +29,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from fedsim import cost  # noqa: E402
+from fedsim import calibration, cost  # noqa: E402
 from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop  # noqa: E402
 from fedsim.lstm import CharLSTM, Sent140LSTM  # noqa: E402
 from fedsim.methods import LocalProblem  # noqa: E402
@@ -90,7 +90,7 @@ def main(argv=None):
     constants = None
     if args.estimate:
         constants = (cost.load_constants(args.calibration)[0] if args.calibration else cost.DEFAULTS if args.defaults
-                     else cost.calibrate(args.datasets))
+                     else calibration.calibrate(args.datasets))
         torch.set_num_threads(args.threads)
     for dataset in args.datasets:
         samples = args.samples or MEAN_SAMPLES[dataset]

@@ -147,6 +147,19 @@ def test_constants_from_a_calibration_file(tmp_path):
     assert cost.load_constants(tmp_path / "none.json")[0] is cost.DEFAULTS
 
 
+def test_the_calibrate_command_writes_what_fedsim_calibration_measures(tmp_path, monkeypatch):
+    """`fedsim cost --calibrate` measures with fedsim.calibration (torch, the real models: not run
+    here), and fedsim.cost reads the file it writes."""
+    from fedsim import calibration, cli
+
+    measured = {kind: {**consts, "step_s": 1.0} for kind, consts in cost.DEFAULTS.items()}
+    monkeypatch.setattr(calibration, "calibrate", lambda steps: measured)
+    out = tmp_path / "benchmarks" / cost.CALIBRATION_FILE
+    assert cli.main(["cost", "--calibrate", "--steps", "1", "--out", str(out)]) == 0
+    constants, source = cost.load_constants(out)
+    assert constants == measured and "calibrated" in source
+
+
 def test_durations_read_well():
     assert cost.duration(30) == "30 s" and cost.duration(600) == "10 min"
     assert cost.duration(5 * 3600) == "5.0 h" and cost.duration(3 * 86400) == "3.0 days"

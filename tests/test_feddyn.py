@@ -9,7 +9,8 @@ import torch
 from fedsim.data import FederatedDataset
 from fedsim.engine import ENGINES, SGDSettings
 from fedsim.methods import feddyn, setting_value
-from fedsim.train import SELECTION_STREAM, Checkpoint, RunConfig, _fingerprint, initial_params, run, select_devices
+from fedsim.checkpoint import Checkpoint, _fingerprint
+from fedsim.train import SELECTION_STREAM, RunConfig, initial_params, run, select_devices
 
 from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, numpy_grad
 from tiny import tiny_clients, tiny_dataset, tiny_params

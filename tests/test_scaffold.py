@@ -7,7 +7,8 @@ import torch
 
 from fedsim.data import FederatedDataset
 from fedsim.methods import scaffold
-from fedsim.train import SELECTION_STREAM, Checkpoint, RunConfig, initial_params, run, select_devices
+from fedsim.checkpoint import Checkpoint
+from fedsim.train import SELECTION_STREAM, RunConfig, initial_params, run, select_devices
 
 from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, local_models, numpy_grad
 from tiny import tiny_clients, tiny_dataset, tiny_params

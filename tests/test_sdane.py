@@ -11,7 +11,8 @@ import torch
 from fedsim.engine import ENGINES, SGDSettings, device_grads
 from fedsim.methods import resolve, sdane
 from fedsim.metrics import COLUMNS
-from fedsim.train import Checkpoint, RunConfig, run
+from fedsim.checkpoint import Checkpoint
+from fedsim.train import RunConfig, run
 
 from methods_common import LR, context, device_arrays, hand_local_sgd, numpy_grad
 from tiny import SIZES, tiny_clients, tiny_dataset, tiny_params

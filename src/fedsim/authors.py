@@ -67,12 +67,6 @@ def batch_plan(size: int, batch_size: int, epochs: int, epochs_before: int) -> n
     return plan.reshape(epochs * per_epoch, batch_size)
 
 
-def init_file(path: str, seed: int) -> Path:
-    """An init path, where `{seed}` stands for the run's seed (one file per seed, as the authors'
-    --seed gave one initial model per seed)."""
-    return Path(str(path).replace("{seed}", str(seed)))
-
-
 def load_init(path: Path, model, dtype: torch.dtype) -> torch.Tensor:
     """The initial parameters in an .npz file (MCLR: `kernel` and `bias`), as the model's tensor.
     Raises ValueError naming the file and what does not fit."""

@@ -209,7 +209,8 @@ def _train(args) -> None:
     from pathlib import Path
 
     from .methods import describe_setting, variant_of
-    from .train import Checkpoint, run, write_run
+    from .checkpoint import Checkpoint
+    from .train import run, write_run
 
     config = run_config(args)
     checkpoint = (Checkpoint(Path(args.checkpoint), args.checkpoint_every, args.checkpoint_seconds)
@@ -290,7 +291,7 @@ def _cost(args) -> None:
     import json
     from pathlib import Path
 
-    from .cost import calibrate
+    from .calibration import calibrate
 
     constants = calibrate(steps=args.steps)
     if args.out:

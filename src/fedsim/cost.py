@@ -1,6 +1,7 @@
 """What a planned run of the LSTM datasets (Shakespeare, Sent140) will cost, before it starts.
 
-Torch-free (the workflow imports it at every snakemake call; `calibrate` imports torch lazily).
+Torch-free, lazily too (the workflow imports it at every snakemake call): measuring the constants on
+this machine, which runs the real models, is fedsim.calibration's.
 
 The model, per run of T rounds, K devices per round, E epochs, batch size B:
 
@@ -16,7 +17,7 @@ S_max steps, each over the devices still training, so one step costs a fixed par
 time loop's ~160 small kernel calls) plus a part per row of the active devices' batches (row_s).
 Full local gradients use at most 200 rows per device (fedsim.lstm). All figures are seconds on
 one CPU thread (training jobs compute on one torch thread whatever `threads` says), measured by
-`python -m fedsim cost --calibrate` (fedsim.cost.calibrate) or the DEFAULTS below.
+`python -m fedsim cost --calibrate` (fedsim.calibration) or the DEFAULTS below.
 
 Device sizes: the built dataset file's where it exists (its offsets, read with h5py), else the
 paper's Table 1 (mean and stdev of samples per device) as a lognormal over the config's `devices`,
@@ -35,7 +36,9 @@ from statistics import NormalDist
 import numpy as np
 
 from .experiments import LSTM_KINDS, RUN_FIELDS
+from .jobs import train_device
 from .methods import ENTRIES
+from .steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.cost.local_steps as before)
 
 # CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`,
 # 2026-11-25, best of 2 while another agent's jobs shared the machine; CPU time, not the wall clock).
@@ -138,11 +141,6 @@ def dataset_sizes(cfg, dataset, path=None) -> Sizes:
 # ---------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------
-
-def local_steps(sizes, epochs: int, batch_size: int) -> np.ndarray:
-    """E x ceil(n_k / B): a device's sequential SGD steps (fedsim.engine.local_steps)."""
-    return int(epochs) * -(-np.asarray(sizes, dtype=np.int64) // int(batch_size))
-
 
 def grad_rows(sizes) -> np.ndarray:
     """Rows a device's full local gradient reads: n_k below 50, else 50 x min(n_k // 50, 4)."""
@@ -249,7 +247,7 @@ def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> lis
         entry = cfg["datasets"][dataset]
         sizes = dataset_sizes(cfg, dataset, dataset_path(dataset))
         runs = plan[plan["dataset"] == dataset].drop_duplicates(list(RUN_FIELDS))
-        cost = DatasetCost(dataset, len(runs), sizes_source=sizes.source, device=_device(cfg, dataset))
+        cost = DatasetCost(dataset, len(runs), sizes_source=sizes.source, device=train_device(cfg, dataset))
         total = RunCost(0.0, 0.0, 0.0)
         for run in runs.itertuples(index=False):
             rc = run_cost(sizes, rounds=int(run.rounds), k=int(run.K), epochs=int(run.E),
@@ -262,11 +260,6 @@ def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> lis
         cost.parts = total
         out.append(cost)
     return out
-
-
-def _device(cfg, dataset) -> str:
-    device = cfg["simulator"]["device"]
-    return "cpu" if device == "auto" and cfg["datasets"][dataset]["kind"] not in LSTM_KINDS else device
 
 
 def gpu_visible() -> bool:
@@ -314,66 +307,3 @@ def report_lines(costs: list[DatasetCost], constants_source: str, gpu=None) -> l
     lines.append(f"  (sizes: {'; '.join(f'{c.dataset} from {c.sizes_source}' for c in costs)}; "
                  f"seconds per step and row: {constants_source})")
     return lines
-
-
-# ---------------------------------------------------------------------------------------
-# Calibration (imports torch)
-# ---------------------------------------------------------------------------------------
-
-def calibrate(kinds=tuple(DEFAULTS), steps: int = 4, repeats: int = 2, log=print) -> dict:
-    """Measure the constants on this machine, one torch thread: a few batched SGD steps of the real
-    models at 1 and 4 devices (step_s, row_s from the two), a chunked evaluation (eval_row_s) and
-    full local gradients (grad_row_s), on random inputs in each dataset's format. CPU time, the
-    best of `repeats`: on an idle machine the same as the wall clock, and on a shared one still
-    what a job costs a core (the wall clock there depends on the neighbours)."""
-    import time
-
-    import torch
-
-    from .engine import Clients, SGDSettings, local_sgd_batched
-    from .lstm import CharLSTM, Sent140LSTM
-    from .methods import LocalProblem
-
-    torch.set_num_threads(1)
-    batch = 10
-    out = {}
-    for kind in kinds:
-        rng = np.random.default_rng(0)
-        if kind == "shakespeare":
-            model, vocab, eval_n = CharLSTM(), 80, 410  # one evaluation chunk
-        else:
-            vocab, eval_n = 5000, 3000
-            model = Sent140LSTM(torch.from_numpy(rng.normal(size=(vocab + 1, 300)).astype(np.float32)))
-        params = model.init(torch.Generator().manual_seed(0))
-
-        def data(devices, size):
-            n = devices * size
-            x = torch.from_numpy(rng.integers(0, vocab, (n, model.seq_len)).astype(np.int32))
-            y = torch.from_numpy(rng.integers(0, model.num_classes, n))
-            return Clients.from_arrays(x, y, np.arange(devices + 1) * size)
-
-        def best(fn):  # CPU seconds (one thread): what a core-hour counts, and steady on a shared machine
-            times = []
-            for _ in range(repeats):
-                start = time.process_time()
-                fn()
-                times.append(time.process_time() - start)
-            return min(times)
-
-        settings = SGDSettings(lr=0.1, epochs=1, batch_size=batch, seed=0)
-        problem = LocalProblem(mu=0.0, correction=None)
-        timed = {}
-        for k in (1, 4):
-            clients = data(k, steps * batch)
-            timed[k] = best(lambda: local_sgd_batched(model, params, problem, clients, np.arange(k), settings, 0))
-        row_s = max(0.0, (timed[4] - timed[1]) / (steps * 3 * batch))
-        step_s = max(0.0, timed[1] / steps - row_s * batch)
-        clients = data(1, eval_n)
-        eval_row_s = best(lambda: model.stats(params, clients.x[:-1], clients.y[:-1])) / eval_n
-        clients = data(4, GRAD_BATCH * GRAD_BATCHES)
-        grad_row_s = best(lambda: model.device_grads(params, clients.x[:-1], clients.y[:-1], clients.offsets)) / (
-            4 * GRAD_BATCH * GRAD_BATCHES)
-        out[kind] = {"step_s": step_s, "row_s": row_s, "eval_row_s": eval_row_s, "grad_row_s": grad_row_s}
-        log(f"{kind}: {json.dumps({k: float(f'{v:.4g}') for k, v in out[kind].items()})} "
-            f"(1 device: {timed[1] / steps:.4f} s/step, 4 devices: {timed[4] / steps:.4f} s/step)")
-    return out

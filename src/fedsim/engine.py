@@ -35,6 +35,7 @@ import torch
 
 from . import authors
 from .methods import LocalProblem
+from .steps import local_steps as _local_steps
 
 SHUFFLE_STREAM = 1  # keeps the shuffling seeds apart from the selection seeds
 CHUNK_ROWS = 1 << 16  # samples gathered per precomputed chunk: bounds its memory for large K
@@ -107,8 +108,9 @@ class SGDSettings:
 
 
 def local_steps(sizes: np.ndarray, settings: SGDSettings) -> np.ndarray:
-    """SGD steps of devices with `sizes` samples: E epochs of ceil(n_k / B) batches (batch_plan's rows)."""
-    return settings.epochs * -(-np.asarray(sizes, dtype=np.int64) // settings.batch_size)
+    """SGD steps of devices with `sizes` samples: E epochs of ceil(n_k / B) batches (batch_plan's rows;
+    fedsim.steps, which the cost model counts too)."""
+    return _local_steps(sizes, settings.epochs, settings.batch_size)
 
 
 def local_samples(sizes: np.ndarray, settings: SGDSettings, steps: int | None = None) -> int:

@@ -10,7 +10,7 @@ and its role:
 - EXECUTION: how the data is read and copied (threads, load): the same bits at any value.
 
 The `train` command's options (fedsim.cli), RunConfig.validate, the runs table's setting columns
-(fedsim.summary) and the checkpoint fingerprint (fedsim.train) are derived from these fields, so a
+(fedsim.summary) and the checkpoint fingerprint (fedsim.checkpoint) are derived from these fields, so a
 new setting is one field here, and a new RESULT field can never merge tuning groups unseen.
 
 No torch here: the CLI builds its parser from this module, and the workflow may import it.
@@ -140,21 +140,22 @@ class RunConfig:
             name, needed, why = problem
             raise ValueError(f"bad run setting {name}={getattr(self, name)!r}: must be {needed} with "
                              f"rng=authors ({why})")
-        self._validate_machine_and_files()
+        self._validate_files()
 
-    def _validate_machine_and_files(self) -> None:
-        """What this machine must have: a GPU for cuda, the dataset and init files."""
-        import torch  # here, not at the top: the CLI's parser and the workflow read this module
-
-        from .authors import init_file
-
-        if self.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"bad run setting device='cuda': torch {torch.__version__} sees no CUDA device "
-                             "(use cpu, or auto: a GPU where there is one)")
+    def _validate_files(self) -> None:
+        """What this machine must hold: the dataset and init files. (Whether it has the GPU that
+        device=cuda asks for is torch's to say: fedsim.train.check_machine, since this module
+        imports no torch, not even here.)"""
         if not Path(self.data).is_file():
             raise ValueError(f"dataset file not found: {self.data}")
         if self.init is not None and not init_file(self.init, self.seed).is_file():
             raise ValueError(f"init file not found: {init_file(self.init, self.seed)}")
+
+
+def init_file(path: str, seed: int) -> Path:
+    """An init path, where `{seed}` stands for the run's seed (one file per seed, as the authors'
+    --seed gave one initial model per seed: fedsim.authors reads it)."""
+    return Path(str(path).replace("{seed}", str(seed)))
 
 
 def allowed(f: dataclasses.Field, value) -> bool:

@@ -16,6 +16,11 @@ b_dissimilarity) and gamma how inexactly the local subproblems were solved. Meas
 - gamma: ||grad P_k(w_k)|| / ||grad P_k(w^{t-1})|| averaged over the solvers, P_k the local
   subproblem F_k(w) + <c_k, w - w^{t-1}> + mu/2 ||w - w^{t-1}||^2 and w_k its returned solution
   (a proxy for the paper's distance-based definition, which needs the exact minimiser).
+
+`measure_theory` takes these measurements for one round of a run (`theory: true`: the columns
+THEORY_COLUMNS of metrics.csv); the round loop (fedsim.train) only calls it. It lives here, not in
+a module of its own, because this module is no lighter without it: the Hessian products above are
+torch already, and the measurement adds only the engine's per-device gradients (fedsim.engine).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .engine import Clients, all_device_grads, device_grads
 
 POWER_ITERATIONS = 200
 POWER_TOLERANCE = 1e-6  # relative change of the eigenvalue estimate at which the iteration stops
@@ -100,3 +107,24 @@ def rho(mu: float, gamma: float, lipschitz: float, b_squared: float) -> float:
     g = (1 + gamma) ** 2
     return ((2 - 3 * gamma) / (2 * mu) - (2 * lipschitz * g + 3 * lipschitz) / (2 * mu ** 2)
             - (b_squared - 1) * ((lipschitz * g + lipschitz) / mu ** 2 + gamma / mu))
+
+
+THEORY_COLUMNS = ["hessian_max", "inexactness", "grad_norm_sq", "rho"]
+
+
+def measure_theory(model, params, problem, local_models, train: Clients, solvers, eval_train: Clients, row: dict,
+                   start: torch.Tensor) -> tuple[dict, torch.Tensor]:
+    """Theorem 1's constants for the round that starts at `params` (metrics row `row`): L, gamma,
+    ||grad f||^2 and rho; and the Hessian's top eigenvector, where the next round's power iteration
+    starts (run state, checkpointed: the start moves L within the iteration's tolerance, and a
+    resumed run must end bit-identical)."""
+    lipschitz, vector = hessian_max(model, params, eval_train.x[:-1], start)
+    at_end = torch.cat([device_grads(model, w, train, [k]) for w, k in zip(local_models, solvers)])
+    gamma = inexactness(params, local_models, problem.mu, problem.correction,
+                        device_grads(model, params, train, solvers), at_end)
+    sizes = eval_train.sizes
+    grads = all_device_grads(model, params, eval_train).flatten(1)
+    grad_f = torch.from_numpy(sizes / sizes.sum()).to(grads) @ grads
+    constants = {"hessian_max": lipschitz, "inexactness": gamma, "grad_norm_sq": float(grad_f.square().sum()),
+                 "rho": rho(problem.mu, gamma, lipschitz, row["b_dissimilarity"])}
+    return constants, vector

@@ -11,12 +11,14 @@ Protocol (the reference code's, with the paper's text as options):
 - a method's own settings are its `options` (fedsim.methods: each method declares them; FedDANE's
   `correction` is the paper's g_t - grad F_k(w^{t-1}) or what the authors' code computed);
   `method` may name a variant (feddane_authors), which the config turns into method + options;
-- a method's state (SCAFFOLD's control variates, ...) is checkpointed with the model;
+- a method's state (SCAFFOLD's control variates, ...) is checkpointed with the model
+  (fedsim.checkpoint: the file, when it is written, whose settings it holds);
 - `rng: authors` replaces fedsim's draws by the authors' (selection seeded by the round, their
   compounding mini-batch shuffle: fedsim.authors); `init` loads an initial model from a file;
 - metrics row t describes the global model after t rounds (row 0: the initial model);
 - a non-finite training loss ends the run at that round: the run is recorded as
-  diverged there, with every metric so far.
+  diverged there, with every metric so far;
+- `theory: true` adds Theorem 1's constants to every round's metrics (fedsim.theory measures them).
 
 The settings themselves (RunConfig: each field's meaning, range and role) are declared in
 fedsim.settings; train re-exports RunConfig.
@@ -37,10 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 
 import h5py
 import numpy as np
@@ -48,17 +47,17 @@ import pandas as pd
 import torch
 
 from . import __version__
-from .atomic import atomic_path
+from .checkpoint import Checkpoint
 from .data import FederatedDataset
 from . import authors
-from .engine import ENGINES, Clients, SGDSettings, all_device_grads, device_grads, local_samples, local_steps
+from .engine import ENGINES, Clients, SGDSettings, device_grads, local_samples, local_steps
 from .methods import ENTRIES, RoundContext, get_method, traffic, variant_of
 from .metrics import COLUMNS, evaluate
 from .lstm import CharLSTM, Sent140LSTM
 from .models import MCLR
 from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
-from .settings import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, check_clients_per_round, check_participation,
-                       fingerprint)
+from .settings import RunConfig, check_clients_per_round, check_participation, init_file
+from .theory import THEORY_COLUMNS, LocalHessians, measure_theory
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
@@ -73,6 +72,14 @@ def select_devices(seed: int, round_: int, stream: int, k: int, sizes: np.ndarra
     if selection == "weighted":
         return rng.choice(n, size=k, replace=True, p=sizes / sizes.sum())
     return np.sort(rng.choice(n, size=k, replace=False))
+
+
+def check_machine(config: RunConfig) -> None:
+    """Raise ValueError where this machine lacks what the run asks for: a GPU for device=cuda
+    (RunConfig.validate checks the rest without torch)."""
+    if config.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"bad run setting device='cuda': torch {torch.__version__} sees no CUDA device "
+                         "(use cpu, or auto: a GPU where there is one)")
 
 
 def _compute_device(name: str) -> torch.device:
@@ -184,63 +191,6 @@ class RunData:
                 "eval_devices": len(self.eval_ids) if sampled else self.dataset.num_devices}
 
 
-@dataclass
-class Checkpoint:
-    """Where and how often a run saves its state, to continue after a kill.
-
-    fedsim's randomness is a function of (seed, round, device), never of a generator's
-    state, so the global model, the metrics so far and the run's `state` (the method's own,
-    as SCAFFOLD's control variates; the authors' shuffle: each device's epoch count; with
-    `theory`, the power iteration's start) are the whole state: a resumed run ends
-    bit-identical to one never interrupted. The file is written atomically; one that cannot
-    be read, or belongs to other settings, is ignored with a warning.
-    """
-
-    path: Path
-    every: int = CHECKPOINT_EVERY
-    seconds: float = CHECKPOINT_SECONDS  # at least this long since the last save (or since this was made)
-    _last: float = dataclasses.field(default_factory=lambda: time.monotonic(), init=False, repr=False, compare=False)
-
-    def due(self, round_: int, start: int) -> bool:
-        """Whether to save before round `round_` of a run that started (or resumed) at `start`."""
-        return round_ > start and round_ % self.every == 0 and time.monotonic() - self._last >= self.seconds
-
-    def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict],
-             state: dict[str, torch.Tensor]) -> None:
-        saved = {"settings": _fingerprint(config), "round": round_, "params": params.cpu(), "rows": rows,
-                 "state": {k: v.cpu() for k, v in state.items()}}
-        with atomic_path(self.path) as tmp:
-            torch.save(saved, tmp)
-        self._last = time.monotonic()
-
-    def load(self, config: RunConfig, params: torch.Tensor, state: dict[str, torch.Tensor]):
-        """(round, params, rows, state) saved for these settings, or None to start from round 0;
-        `state` is the run's initial state (names and shapes the saved one must have)."""
-        if not self.path.exists():
-            return None
-        try:
-            saved = torch.load(self.path, weights_only=True)
-            round_, values, rows, extra = saved["round"], saved["params"], saved["rows"], saved["state"]
-            if saved["settings"] != _fingerprint(config):
-                raise ValueError("it was saved by a run with other settings")
-            if values.shape != params.shape or len(rows) != round_ or not 0 < round_ <= config.rounds \
-                    or {k: v.shape for k, v in extra.items()} != {k: v.shape for k, v in state.items()}:
-                raise ValueError("its contents are inconsistent")
-        except Exception as err:  # a torn or foreign file must never stop or bend the run
-            warnings.warn(f"ignoring checkpoint {self.path}: {err}; starting from round 0", stacklevel=2)
-            return None
-        return round_, values.to(params), rows, extra
-
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
-
-
-def _fingerprint(config: RunConfig) -> str:
-    """The settings a checkpoint must share with the run resuming it (fedsim.settings: not the
-    EXECUTION fields, which leave every bit as it is)."""
-    return fingerprint(config)
-
-
 def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) -> tuple[pd.DataFrame, dict]:
     """Train; return the per-round metrics and the run's record (config, result, provenance).
 
@@ -249,6 +199,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
     there is one, and saves its state as `checkpoint.due` says.
     """
     config.validate()
+    check_machine(config)
     started = time.perf_counter()
     with torch_threads(1), FederatedDataset(config.data) as dataset:
         check_clients_per_round(config.clients_per_round, dataset.num_devices, config.selection)
@@ -292,7 +243,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
 def _init_record(config: RunConfig) -> dict:
     if config.init is None:
         return {"source": "fedsim", "seed": config.seed}
-    path = authors.init_file(config.init, config.seed)
+    path = init_file(config.init, config.seed)
     return {"source": "file", "file": str(path), "sha256": authors.file_sha256(path)}
 
 
@@ -329,7 +280,6 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
             counts["gradient_evaluations"] += 2 * samples
 
         def hessians(devices: np.ndarray):
-            from .theory import LocalHessians
             return LocalHessians(model, params, [train.subset([k])[0] for k in devices], count)
         return hessians
 
@@ -408,29 +358,6 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
     return rows, None, (start or None)
 
 
-THEORY_COLUMNS = ["hessian_max", "inexactness", "grad_norm_sq", "rho"]
-
-
-def measure_theory(model, params, problem, local_models, train: Clients, solvers, eval_train: Clients, row: dict,
-                   start: torch.Tensor) -> tuple[dict, torch.Tensor]:
-    """Theorem 1's constants for the round that starts at `params` (metrics row `row`): L, gamma,
-    ||grad f||^2 and rho; and the Hessian's top eigenvector, where the next round's power iteration
-    starts (run state, checkpointed: the start moves L within the iteration's tolerance, and a
-    resumed run must end bit-identical)."""
-    from . import theory
-
-    lipschitz, vector = theory.hessian_max(model, params, eval_train.x[:-1], start)
-    at_end = torch.cat([device_grads(model, w, train, [k]) for w, k in zip(local_models, solvers)])
-    gamma = theory.inexactness(params, local_models, problem.mu, problem.correction,
-                               device_grads(model, params, train, solvers), at_end)
-    sizes = eval_train.sizes
-    grads = all_device_grads(model, params, eval_train).flatten(1)
-    grad_f = torch.from_numpy(sizes / sizes.sum()).to(grads) @ grads
-    constants = {"hessian_max": lipschitz, "inexactness": gamma, "grad_norm_sq": float(grad_f.square().sum()),
-                 "rho": theory.rho(problem.mu, gamma, lipschitz, row["b_dissimilarity"])}
-    return constants, vector
-
-
 def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(gradient devices S_t, solvers S'_t) of round t, for a method whose full gradients come from
     `gradients` (fedsim.methods.GRADIENTS). S'_t is the round's selection, and where a method asks for
@@ -450,7 +377,7 @@ def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) 
 def initial_params(config: RunConfig, model, dtype: torch.dtype) -> torch.Tensor:
     """The model the run starts from: the `init` file's, else fedsim's seeded draw."""
     if config.init is not None:
-        return authors.load_init(authors.init_file(config.init, config.seed), model, dtype)
+        return authors.load_init(init_file(config.init, config.seed), model, dtype)
     init_seed = int(np.random.SeedSequence([config.seed, INIT_STREAM]).generate_state(1)[0])
     return model.init(torch.Generator().manual_seed(init_seed), dtype)
 

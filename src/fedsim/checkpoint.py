@@ -1,0 +1,76 @@
+"""A run's checkpoint: where and how often it saves its state, and the settings a saved state
+belongs to (fedsim.settings.fingerprint), so that a killed run continues bit-identical.
+
+The round loop (fedsim.train) decides what the state is; this module only writes, reads and
+checks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .atomic import atomic_path
+from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, fingerprint
+
+
+@dataclass
+class Checkpoint:
+    """Where and how often a run saves its state, to continue after a kill.
+
+    fedsim's randomness is a function of (seed, round, device), never of a generator's
+    state, so the global model, the metrics so far and the run's `state` (the method's own,
+    as SCAFFOLD's control variates; the authors' shuffle: each device's epoch count; with
+    `theory`, the power iteration's start) are the whole state: a resumed run ends
+    bit-identical to one never interrupted. The file is written atomically; one that cannot
+    be read, or belongs to other settings, is ignored with a warning.
+    """
+
+    path: Path
+    every: int = CHECKPOINT_EVERY
+    seconds: float = CHECKPOINT_SECONDS  # at least this long since the last save (or since this was made)
+    _last: float = dataclasses.field(default_factory=lambda: time.monotonic(), init=False, repr=False, compare=False)
+
+    def due(self, round_: int, start: int) -> bool:
+        """Whether to save before round `round_` of a run that started (or resumed) at `start`."""
+        return round_ > start and round_ % self.every == 0 and time.monotonic() - self._last >= self.seconds
+
+    def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict],
+             state: dict[str, torch.Tensor]) -> None:
+        saved = {"settings": _fingerprint(config), "round": round_, "params": params.cpu(), "rows": rows,
+                 "state": {k: v.cpu() for k, v in state.items()}}
+        with atomic_path(self.path) as tmp:
+            torch.save(saved, tmp)
+        self._last = time.monotonic()
+
+    def load(self, config: RunConfig, params: torch.Tensor, state: dict[str, torch.Tensor]):
+        """(round, params, rows, state) saved for these settings, or None to start from round 0;
+        `state` is the run's initial state (names and shapes the saved one must have)."""
+        if not self.path.exists():
+            return None
+        try:
+            saved = torch.load(self.path, weights_only=True)
+            round_, values, rows, extra = saved["round"], saved["params"], saved["rows"], saved["state"]
+            if saved["settings"] != _fingerprint(config):
+                raise ValueError("it was saved by a run with other settings")
+            if values.shape != params.shape or len(rows) != round_ or not 0 < round_ <= config.rounds \
+                    or {k: v.shape for k, v in extra.items()} != {k: v.shape for k, v in state.items()}:
+                raise ValueError("its contents are inconsistent")
+        except Exception as err:  # a torn or foreign file must never stop or bend the run
+            warnings.warn(f"ignoring checkpoint {self.path}: {err}; starting from round 0", stacklevel=2)
+            return None
+        return round_, values.to(params), rows, extra
+
+    def remove(self) -> None:
+        self.path.unlink(missing_ok=True)
+
+
+def _fingerprint(config: RunConfig) -> str:
+    """The settings a checkpoint must share with the run resuming it (fedsim.settings: not the
+    EXECUTION fields, which leave every bit as it is)."""
+    return fingerprint(config)
