@@ -84,12 +84,13 @@ def test_synthetic_defaults_are_the_generators():
     assert default_config()["synthetic"] == defaults
 
 
-def test_tail_fraction_is_summarys():
-    """The tuning criterion's tail fraction of rounds (0.1) is fedsim.summary.TAIL_FRACTION: the
+def test_tail_fraction_is_settings():
+    """The tuning criterion's tail fraction of rounds (0.1) is fedsim.settings.TAIL_FRACTION: the
     default of summarise() and findings(), of the --fraction of `fedsim summarise`, `findings`,
     `tune` and `tuning-figure` (fedsim.cli) and of the schema's tuning.fraction (load_schema);
     config/config.yaml's `tuning: fraction`, written out for the reader, equals it."""
-    fraction = summary.TAIL_FRACTION
+    fraction = settings.TAIL_FRACTION
+    assert summary.TAIL_FRACTION is fraction  # summarise() and findings() read it from there
     assert "default" not in raw_schema()["properties"]["tuning"]["properties"]["fraction"]
     assert load_schema(SCHEMA_FILE)["properties"]["tuning"]["properties"]["fraction"]["default"] == fraction
     for name in ("summarise", "findings", "tune", "tuning-figure"):

@@ -33,8 +33,7 @@ from .atomic import write_csv
 from .download import SOURCES
 from .methods import ENTRIES
 from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
-from .settings import Check, RunConfig
-from .summary import TAIL_FRACTION
+from .settings import TAIL_FRACTION, Check, RunConfig
 from .synthetic import DEFAULTS as SYNTHETIC
 
 

@@ -22,8 +22,7 @@ from .experiments import (LSTM_KINDS, ConfigError, Setting, as_list, dataset_sou
                           method_kind, method_setting,
                           n_devices, synthetic_settings, used_datasets)
 from .methods import ENTRIES, REGISTRY
-from .settings import RunConfig, rng_problem
-from .summary import TAIL_FRACTION
+from .settings import TAIL_FRACTION, RunConfig, rng_problem
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
 # Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
@@ -53,7 +52,7 @@ def load_schema(path) -> dict:
     """The config schema, with what fedsim declares filled in: the method list from its registry
     (methods and variants), the run settings' allowed values and defaults from RunConfig
     (RUN_SETTINGS), the synthetic generator's defaults (fedsim.synthetic.DEFAULTS), the tuning
-    criterion's tail fraction (fedsim.summary.TAIL_FRACTION) and the raw sources' names
+    criterion's tail fraction (fedsim.settings.TAIL_FRACTION) and the raw sources' names
     (fedsim.download.SOURCES)."""
     schema = yaml.safe_load(Path(path).read_text())
     schema["definitions"]["method"]["enum"] = list(ENTRIES)

@@ -199,6 +199,11 @@ def check_clients_per_round(k: int, num_devices: int, selection: str = "uniform"
         raise ValueError(f"bad run setting clients_per_round={k}: {problem}")
 
 
+# The tuning criterion's default share of the last rounds (fedsim.summary's tail loss). Not a run
+# setting: here because the summary, the CLI and the config's schema all read it, and this module
+# sits below them (tests/test_layers.py).
+TAIL_FRACTION = 0.1
+
 def rng_problem(rng: str, selection: str, second_subset: str, methods) -> tuple[str, str, str] | None:
     """What rng=authors rules out, for runs of `methods` (method or variant names): the authors' code
     selects uniformly, and draws FedDANE's second subset (a method whose gradients are `sampled`)

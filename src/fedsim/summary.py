@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from .methods import REGISTRY, options_of, resolve, setting_value, variant_of
-from .settings import RunConfig, setting_columns
+from .settings import TAIL_FRACTION, RunConfig, setting_columns
 from .records import COUNT_COLUMNS, read_run
 
 # RunConfig's RESULT fields (fedsim.settings): a new one is a column here and a tuning-group key
@@ -27,7 +27,6 @@ RESULT_COLUMNS = ["final_train_loss", "final_train_acc", "final_test_acc", "dive
                   "rounds_completed", "wall_seconds", *TIMING_COLUMNS, *COST_COLUMNS]
 # the curves oscillate: what a run reached is better read as a mean over its last rounds
 TAIL_COLUMNS = ["tail_train_loss", "tail_test_acc"]
-TAIL_FRACTION = 0.1  # the tuning criterion's default fraction of rounds
 
 
 def group_columns(columns: list[str]) -> list[str]:
