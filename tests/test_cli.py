@@ -12,7 +12,7 @@ import torch
 from fedsim import cli
 from fedsim.settings import RunConfig
 
-from test_data import flip_byte
+from helpers.hdf5_damage import flip_byte
 from tiny import tiny_dataset
 
 

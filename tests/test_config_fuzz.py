@@ -2,17 +2,17 @@
 with exactly one line `Config error at <key path>: <problem>`.
 
 Each case edits the default config (as data, or as YAML text where the mistake only exists in
-text: duplicate keys) and writes it as the workflow's config/config.yaml.
+text: duplicate keys) and writes it as the workflow's config/config.yaml. Every case is checked in
+this process, by the calls the Snakefile makes before any rule (helpers.workflow.config_error: a
+Snakemake process costs seconds, a check milliseconds); a few, one for each place a mistake is
+found, also go through a real Snakemake process, which must print that one line and start nothing.
 """
 
 import math
 
 import pytest
-import yaml
 
-from test_workflow import REPO, copy_workflow, default_config, snakemake, write_config
-
-pytestmark = pytest.mark.workflow
+from helpers.workflow import REPO, config_error, copy_workflow, default_config, snakemake, write_config
 
 
 def at(path, value):
@@ -32,6 +32,25 @@ def drop(path):
         for key in keys[:-1]:
             cfg = cfg[key]
         del cfg[keys[-1]]
+    return edit
+
+
+def append(path, value):
+    """An edit appending `value` to the list at `path`."""
+    def edit(cfg):
+        for key in path.split("."):
+            cfg = cfg[key]
+        cfg.append(value)
+    return edit
+
+
+def rename(path, new_name):
+    """An edit moving the key at `path` to `new_name` in the same mapping (last in its order)."""
+    def edit(cfg):
+        *parents, old_name = path.split(".")
+        for key in parents:
+            cfg = cfg[key]
+        cfg[new_name] = cfg.pop(old_name)
     return edit
 
 
@@ -160,37 +179,114 @@ CASES = [
     ("mu_from_a_fixed_mu_experiment", at("experiments.figure2.mu_from", "theory"), "experiments.figure2.mu_from",
      "'theory' is not another experiment that tunes mu"),
     ("fixed_mu_negative", at("experiments.theory.mu", [1, -1]), "experiments.theory.mu[1]", "less than the minimum"),
+    # the first mistakes checked (tests/test_workflow.py held them)
+    ("unknown_key", at("simulator.colour", "blue"), "simulator.colour", "unknown key"),
+    ("negative_k", at("experiments.figure1.clients_per_round", -3), "experiments.figure1.clients_per_round",
+     "-3 is less than the minimum of 1"),
+    ("bad_method", at("experiments.figure1.methods", ["fedavg", "fedsgd"]), "experiments.figure1.methods[1]",
+     "'fedsgd' is not one of"),
+    ("unknown_dataset", append("experiments.figure1.datasets", "synthetic_2_2"), "experiments.figure1.datasets[4]",
+     "unknown dataset 'synthetic_2_2'"),
+    ("too_many_clients", at("experiments.figure1.clients_per_round", [10, 31]), "experiments.figure1.clients_per_round",
+     "31 is more than the 30 devices"),
+    ("missing_key", drop("datasets.synthetic_0_0.lr"), "datasets.synthetic_0_0.lr", "required key is missing"),
+    ("number_as_text", at("tuning.fraction", "1e-1"), "tuning.fraction", "is not of type 'number'"),
+    ("both_k_keys", at("experiments.figure3.clients_per_round", 30), "experiments.figure3.clients_fraction",
+     "one of clients_per_round, clients_fraction"),
+    ("no_k_key", drop("experiments.figure1.clients_per_round"), "experiments.figure1.clients_per_round",
+     "one of clients_per_round, clients_fraction"),
+    ("bad_fraction", at("experiments.figure3.clients_fraction", {"default": 1.5}),
+     "experiments.figure3.clients_fraction.default", "1.5 is greater than the maximum of 1"),
+    ("no_fraction", at("experiments.figure3.clients_fraction", {"femnist": 0.5}), "experiments.figure3.clients_fraction",
+     "no fraction for synthetic_iid"),
+    ("unknown_mu_source", at("experiments.figure2.mu_from", "figure9"), "experiments.figure2.mu_from",
+     "'figure9' is not another experiment"),
+    ("ambiguous_mu_source", at("experiments.figure1.clients_per_round", [5, 10]), "experiments.figure2.mu_from",
+     "tunes several K or E"),
+    ("reserved_name", rename("experiments.figure3", "tuning"), "experiments.tuning", "reserved name"),
+    ("bad_x_axis", at("figures", {"x_axis": "seconds"}), "figures.x_axis", "'seconds' is not one of"),
+    ("md5_as_sha256", at("sources.glove.sha256", "056ea991adb4740ac6bf1b6d9b50408b"), "sources.glove.sha256",
+     "does not match '^[0-9a-fA-F]{64}$'"),
+    ("leaf_without_source", both(drop("sources.sent140"),
+                                 at("datasets.tweets", {"kind": "sent140", "lr": 0.3, "batch_size": 10, "rounds": 800,
+                                                        "fedprox_mu": 0.01}),
+                                 append("experiments.figure1.datasets", "tweets")),
+     "sources.sent140", "required by dataset tweets (kind sent140)"),
 ]
 
 
-@pytest.mark.parametrize("edit, key_path, problem", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
-def test_malformed_config_is_one_line_before_any_job(tmp_path, edit, key_path, problem):
-    workdir = copy_workflow(tmp_path / "wf")
+# One case for each place a mistake is found, through a real Snakemake process as well.
+THROUGH_SNAKEMAKE = [
+    "rounds_2.0",              # the schema (with integers that are ints only)
+    "mu_source_lacks_method",  # the checks after the schema (cross-references)
+    "results_here",            # results_dir against Snakemake's working directory and the workflow folder
+    "dup_experiment",          # a duplicate key: the file named as Snakemake lists its config files
+]
+
+
+def write_case(workdir, edit):
+    """The default config with `edit` made, as `workdir`'s config/config.yaml."""
     if getattr(edit, "on_text", False):
+        (workdir / "config").mkdir(parents=True, exist_ok=True)
         (workdir / "config" / "config.yaml").write_text(edit((REPO / "config" / "config.yaml").read_text()))
     else:
         cfg = default_config()
         edit(cfg)
         write_config(workdir, cfg)
+
+
+def assert_one_line(line, key_path, problem):
+    assert line is not None and "\n" not in line, line
+    assert line.startswith(f"Config error at {key_path}: "), line
+    assert problem in line, line
+
+
+def test_the_default_config_passes_the_check(tmp_path):
+    write_config(tmp_path, default_config())
+    assert config_error(tmp_path) is None
+
+
+@pytest.mark.parametrize("edit, key_path, problem", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_config_is_one_line(tmp_path, edit, key_path, problem):
+    write_case(tmp_path, edit)
+    assert_one_line(config_error(tmp_path), key_path, problem)
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("edit, key_path, problem", [c[1:] for c in CASES if c[0] in THROUGH_SNAKEMAKE],
+                         ids=THROUGH_SNAKEMAKE)
+def test_malformed_config_is_one_line_before_any_job(tmp_path, edit, key_path, problem):
+    workdir = copy_workflow(tmp_path / "wf")
+    write_case(workdir, edit)
     code, out = snakemake(workdir, "--cores", "1")
     assert code != 0, out
     errors = [line for line in out.splitlines() if "Config error" in line]
     assert len(errors) == 1, out
-    assert errors[0].startswith(f"Config error at {key_path}: "), errors[0]
-    assert problem in errors[0], errors[0]
+    assert_one_line(errors[0], key_path, problem)
     assert not (workdir / "results").exists() and not (workdir / "logs").exists()
 
 
-@pytest.mark.parametrize("broken, problem", [
+YAML_BREAKS = [
     (lambda t: t + "seeds: [0\n", "expected ',' or ']'"),
     (lambda t: t.replace("seeds: [0, 1]", "seeds:\n\t- 0"), "'\\t' that cannot start any token"),
-])
+]
+
+
+@pytest.mark.parametrize("broken, problem", YAML_BREAKS, ids=["unclosed_list", "tab"])
 def test_yaml_syntax_error_names_the_file_and_line(tmp_path, broken, problem):
     """The workflow's own config file is checked before Snakemake reads it (a --configfile is
     read by Snakemake first: its message names neither file nor line; README says so)."""
+    write_case(tmp_path, text(broken))
+    line = config_error(tmp_path)
+    assert line.startswith("Config error in config/config.yaml, line ") and problem in line, line
+    assert "\n" not in line
+
+
+@pytest.mark.workflow
+def test_yaml_syntax_error_stops_snakemake_before_any_job(tmp_path):
+    broken, problem = YAML_BREAKS[0]
     workdir = copy_workflow(tmp_path / "wf")
-    original = (REPO / "config" / "config.yaml").read_text()
-    (workdir / "config" / "config.yaml").write_text(broken(original))
+    write_case(workdir, text(broken))
     code, out = snakemake(workdir, "--cores", "1")
     errors = [line for line in out.splitlines() if "Config error" in line]
     assert code != 0 and len(errors) == 1, out

@@ -12,7 +12,7 @@ from fedsim.lstm import Sent140LSTM
 from fedsim.methods import LocalProblem
 from fedsim.train import RunConfig, run
 
-from test_lstm import params_of, tiny_char, tiny_clients as tiny_lstm_clients, write_leaf_like
+from helpers.tiny_lstm import params_of, tiny_char, tiny_clients as tiny_lstm_clients, write_leaf_like
 from tiny import tiny_clients, tiny_dataset, tiny_params
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from fedsim.data import FORMAT_VERSION, FederatedDataset, write_dataset, write_dataset_stream
+from helpers.hdf5_damage import flip_byte
 from tiny import read_dataset
 
 
@@ -166,17 +167,6 @@ def test_subset_reads_only_requested_devices(tmp_path, monkeypatch):
         x, y = rows(data, "train", wanted)
         np.testing.assert_array_equal(got.x, x)
         np.testing.assert_array_equal(got.y, y)
-
-
-def flip_byte(path, name, chunk=0):
-    """Flip one byte in the middle of a stored chunk of array `name`, behind HDF5's back."""
-    with h5py.File(path) as f:
-        info = f[name].id.get_chunk_info(chunk)
-    with open(path, "r+b") as fh:
-        fh.seek(info.byte_offset + info.size // 2)
-        byte = fh.read(1)
-        fh.seek(-1, 1)
-        fh.write(bytes([byte[0] ^ 0x10]))
 
 
 def test_a_flipped_byte_is_an_error_naming_the_file(tmp_path):

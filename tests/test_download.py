@@ -1,10 +1,8 @@
 """fedsim.download end to end against a loopback HTTP server this test starts (127.0.0.1, a thread,
 shut down after each test): success, checksum mismatch, interrupted transfers, mirror and local copies;
-then the served raw files (real layouts, made in test_leaf) through the LEAF builders."""
+then the served raw files (real layouts, made by helpers/leaf_files.py) through the LEAF builders."""
 
 import hashlib
-import http.server
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -13,56 +11,9 @@ import pytest
 from fedsim import download
 from fedsim.data import FederatedDataset
 from fedsim.leaf import femnist, sent140, shakespeare
-from test_leaf import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip
 
-
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.files = {}      # path -> bytes
-        self.truncate = {}   # path -> how many more replies end early
-        self.hits = {}       # path -> requests seen
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        srv = self.server
-        srv.hits[self.path] = srv.hits.get(self.path, 0) + 1
-        body = srv.files.get(self.path)
-        if body is None:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        if srv.truncate.get(self.path, 0) > 0:
-            srv.truncate[self.path] -= 1
-            self.wfile.write(body[: len(body) // 2])  # then the connection closes: an interrupted transfer
-            self.close_connection = True
-            return
-        self.wfile.write(body)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def server():
-    srv = Server()
-    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-    thread.start()
-    try:
-        yield srv
-    finally:
-        srv.shutdown()
-        srv.server_close()
-        thread.join(5)
+from helpers.http_server import serve, server  # noqa: F401 (the fixture)
+from helpers.leaf_files import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip
 
 
 @pytest.fixture
@@ -74,11 +25,6 @@ def raw(tmp_path):
             "sent140": make_sent140_zip(d / "trainingandtestdata.zip"),
             "glove": make_glove_zip(d / "glove.6B.zip"),
             "nist_by_class": make_by_class_zip(d / "by_class.zip")}
-
-
-def serve(server, path, prefix="/base"):
-    server.files[f"{prefix}/{Path(path).name}"] = Path(path).read_bytes()
-    return server.url + prefix
 
 
 def sha(path):

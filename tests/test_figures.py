@@ -11,7 +11,7 @@ import pytest
 from fedsim import cli, figures
 from fedsim.train import read_run, write_run
 
-from test_summary import fake_run
+from helpers.run_records import fake_run
 
 LOSSES = [3.0, 2.0, 1.5, 1.0, 0.8]
 BLOWUP = [3.0, 5.0, 40.0, 300.0, 2000.0]

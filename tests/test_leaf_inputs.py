@@ -2,7 +2,7 @@
 status 2 and no output file. Then what the builders say about what they kept: the FEMNIST pool's
 reuse warning and Sent140's kept line under LEAF's two minimum-samples rules.
 
-Every input is written here, small, in the real formats (test_leaf.py's helpers).
+Every input is written here, small, in the real formats (helpers/leaf_files.py).
 """
 
 import gzip
@@ -13,7 +13,7 @@ import pytest
 from fedsim import cli
 from fedsim.data import FederatedDataset
 
-from test_leaf import TWEETS, csv_bytes, make_glove_zip, write_leaf_json
+from helpers.leaf_files import TWEETS, csv_bytes, make_glove_zip, write_leaf_json
 
 
 def image(value, length=784):

@@ -20,9 +20,10 @@ import yaml
 
 from fedsim import cost
 from fedsim.leaf.stats import dataset_stats
-from test_download import Server, serve, server  # noqa: F401 (the fixture)
-from test_leaf import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip
-from test_workflow import REPO, copy_workflow, default_config, job_counts, snakemake, write_config
+
+from helpers.http_server import serve, server  # noqa: F401 (the fixture)
+from helpers.leaf_files import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip
+from helpers.workflow import REPO, copy_workflow, default_config, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 

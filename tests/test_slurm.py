@@ -14,8 +14,8 @@ import sys
 
 import pytest
 
+from helpers.workflow import REPO, copy_workflow, default_config, env, job_counts, snakemake, write_config
 from slurm_cluster import slurm_cluster  # noqa: F401  (the fixture)
-from test_workflow import REPO, copy_workflow, default_config, env, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
 

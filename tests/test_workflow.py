@@ -3,84 +3,25 @@ real run end to end with incremental reruns.
 
 Every Snakemake call runs in a temporary copy of Snakefile, workflow/ and config/ (so the
 repository's results/ and .snakemake/ are never touched), with PYTHONPATH pointing at the
-repository's src/ so no `pip install -e .` is needed.
+repository's src/ so no `pip install -e .` is needed (helpers/workflow.py).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-SRC = REPO / "src"
+from helpers.workflow import REPO, copy_workflow, default_config, env, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
-
-
-def env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SRC), env.get("PYTHONPATH")]))
-    env["FEDSIM_WARM_IDLE"] = "10"  # the jobs' warm server (fedsim.warm) ends soon after the test's run
-    return env
-
-
-def snakemake(workdir, *args, timeout=600):
-    """Run snakemake in `workdir`; returns (exit code, stdout + stderr)."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", *args],
-        cwd=workdir,
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        timeout=timeout,
-    )
-    return proc.returncode, proc.stdout
-
-
-def job_counts(output):
-    """The 'Job stats' table of a (dry) run as {rule: count}."""
-    counts = {}
-    lines = output.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.strip() == "Job stats:")
-    for line in lines[start + 3 :]:
-        match = re.match(r"^(\w+)\s+(\d+)$", line.strip())
-        if not match:
-            break
-        counts[match[1]] = int(match[2])
-    return counts
-
-
-def copy_workflow(dest, with_src=False):
-    dest.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "Snakefile", dest / "Snakefile")
-    for folder in ("workflow", "config"):
-        shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
-    if with_src:
-        # Only so that the rules' code fingerprints have code to hash; the jobs still import the
-        # package from the repository's src/ (PYTHONPATH).
-        shutil.copytree(SRC, dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
-    return dest
-
-
-def default_config():
-    with open(REPO / "config" / "config.yaml") as handle:
-        return yaml.safe_load(handle)
-
-
-def write_config(workdir, cfg):
-    with open(workdir / "config" / "config.yaml", "w") as handle:
-        yaml.safe_dump(cfg, handle, sort_keys=False)
 
 
 # ---------------------------------------------------------------------------------------
@@ -107,10 +48,17 @@ STATIC_TRAIN = SEEDS * (4 * 12 + 3 * 3 * 2 + 4 * 2 + 4 * (1 + 3 * 5)) + THEORY_T
 AFTER_TUNING_TRAIN = SEEDS * 2 * (3 * 3 + 4)
 
 
-def test_default_dag_dry_run(tmp_path):
-    workdir = copy_workflow(tmp_path / "wf")
+@pytest.fixture(scope="module")
+def default_dry_run(tmp_path_factory):
+    """(workflow copy, output) of one dry run of the default config, shared by the tests that read it."""
+    workdir = copy_workflow(tmp_path_factory.mktemp("default") / "wf")
     code, out = snakemake(workdir, "--dry-run", "--printshellcmds", "--cores", "4")
     assert code == 0, out
+    return workdir, out
+
+
+def test_default_dag_dry_run(default_dry_run):
+    _, out = default_dry_run
     assert default_config()["seeds"] == list(range(SEEDS))
     assert job_counts(out) == {
         "generate_synthetic": 4,
@@ -162,13 +110,11 @@ def test_default_dag_dry_run(tmp_path):
     assert "_theory_seed1" not in out
 
 
-def test_planned_runs_are_the_default_runs_at_their_paths(tmp_path):
+def test_planned_runs_are_the_default_runs_at_their_paths(default_dry_run):
     """planned_runs.csv, written by a dry run: the default config's runs at the paths the code before
     the runs table gave them (tests/reference/default_runs.txt: the run folders of a default run),
     the runs known only after tuning at the mu their tuning chose there (default_tuned_mu.csv)."""
-    workdir = copy_workflow(tmp_path / "wf")
-    code, out = snakemake(workdir, "--dry-run", "--cores", "1")
-    assert code == 0, out
+    workdir, _ = default_dry_run
     plan = pd.read_csv(workdir / "results/summary/planned_runs.csv", dtype=str, keep_default_na=False)
     tuned = pd.read_csv(REPO / "tests/reference/default_tuned_mu.csv")
     chosen = {(row.method, row.dataset): f"{row.chosen:g}" for row in tuned.itertuples()}
@@ -239,116 +185,9 @@ def test_shared_runs_are_trained_once(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# Config validation: one line naming the key, nothing runs
+# Config validation: one line naming the key, nothing runs. The malformed configs are in
+# test_config_fuzz.py; a results_dir that cannot be written is at the end of this file.
 # ---------------------------------------------------------------------------------------
-
-
-def _unknown_key(cfg):
-    cfg["simulator"]["colour"] = "blue"
-
-
-def _negative_k(cfg):
-    cfg["experiments"]["figure1"]["clients_per_round"] = -3
-
-
-def _bad_method(cfg):
-    cfg["experiments"]["figure1"]["methods"] = ["fedavg", "fedsgd"]
-
-
-def _unknown_dataset(cfg):
-    cfg["experiments"]["figure1"]["datasets"].append("synthetic_2_2")
-
-
-def _too_many_clients(cfg):
-    cfg["experiments"]["figure1"]["clients_per_round"] = [10, 31]
-
-
-def _missing_key(cfg):
-    del cfg["datasets"]["synthetic_0_0"]["lr"]
-
-
-def _number_as_text(cfg):
-    cfg["tuning"]["fraction"] = "1e-1"
-
-
-def _both_k_keys(cfg):
-    cfg["experiments"]["figure3"]["clients_per_round"] = 30
-
-
-def _no_k_key(cfg):
-    del cfg["experiments"]["figure1"]["clients_per_round"]
-
-
-def _bad_fraction(cfg):
-    cfg["experiments"]["figure3"]["clients_fraction"] = {"default": 1.5}
-
-
-def _no_fraction(cfg):
-    cfg["experiments"]["figure3"]["clients_fraction"] = {"femnist": 0.5}
-
-
-def _unknown_mu_source(cfg):
-    cfg["experiments"]["figure2"]["mu_from"] = "figure9"
-
-
-def _ambiguous_mu_source(cfg):
-    cfg["experiments"]["figure1"]["clients_per_round"] = [5, 10]
-
-
-def _reserved_name(cfg):
-    cfg["experiments"]["tuning"] = cfg["experiments"].pop("figure3")
-
-
-def _bad_x_axis(cfg):
-    cfg["figures"] = {"x_axis": "seconds"}
-
-
-def _md5_as_sha256(cfg):
-    cfg["sources"]["glove"]["sha256"] = "056ea991adb4740ac6bf1b6d9b50408b"
-
-
-def _leaf_without_source(cfg):
-    del cfg["sources"]["sent140"]
-    cfg["datasets"]["tweets"] = {"kind": "sent140", "lr": 0.3, "batch_size": 10, "rounds": 800, "fedprox_mu": 0.01}
-    cfg["experiments"]["figure1"]["datasets"].append("tweets")
-
-
-@pytest.mark.parametrize(
-    "change, key_path, problem",
-    [
-        (_unknown_key, "simulator.colour", "unknown key"),
-        (_negative_k, "experiments.figure1.clients_per_round", "-3 is less than the minimum of 1"),
-        (_bad_method, "experiments.figure1.methods[1]", "'fedsgd' is not one of"),
-        (_unknown_dataset, "experiments.figure1.datasets[4]", "unknown dataset 'synthetic_2_2'"),
-        (_too_many_clients, "experiments.figure1.clients_per_round", "31 is more than the 30 devices"),
-        (_missing_key, "datasets.synthetic_0_0.lr", "required key is missing"),
-        (_number_as_text, "tuning.fraction", "is not of type 'number'"),
-        (_both_k_keys, "experiments.figure3.clients_fraction", "one of clients_per_round, clients_fraction"),
-        (_no_k_key, "experiments.figure1.clients_per_round", "one of clients_per_round, clients_fraction"),
-        (_bad_fraction, "experiments.figure3.clients_fraction.default", "1.5 is greater than the maximum of 1"),
-        (_no_fraction, "experiments.figure3.clients_fraction", "no fraction for synthetic_iid"),
-        (_unknown_mu_source, "experiments.figure2.mu_from", "'figure9' is not another experiment"),
-        (_ambiguous_mu_source, "experiments.figure2.mu_from", "tunes several K or E"),
-        (_reserved_name, "experiments.tuning", "reserved name"),
-        (_bad_x_axis, "figures.x_axis", "'seconds' is not one of"),
-        (_md5_as_sha256, "sources.glove.sha256", "does not match '^[0-9a-fA-F]{64}$'"),
-        (_leaf_without_source, "sources.sent140", "required by dataset tweets (kind sent140)"),
-    ],
-    ids=lambda v: v.__name__.strip("_") if callable(v) else None,
-)
-def test_bad_config_is_rejected(tmp_path, change, key_path, problem):
-    workdir = copy_workflow(tmp_path / "wf")
-    cfg = default_config()
-    change(cfg)
-    write_config(workdir, cfg)
-    code, out = snakemake(workdir, "--cores", "1")
-    assert code != 0, out
-    errors = [line for line in out.splitlines() if line.startswith("Config error at ")]
-    assert len(errors) == 1, out
-    assert errors[0].startswith(f"Config error at {key_path}: "), out
-    assert problem in errors[0], out
-    assert not (workdir / "results").exists()
-    assert not (workdir / "logs").exists()
 
 
 # ---------------------------------------------------------------------------------------
