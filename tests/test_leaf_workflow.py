@@ -233,10 +233,14 @@ def test_only_the_femnist_panels_of_the_paper(tmp_path):
     """The README's way to run part of the paper: a target first (--configfile takes several
     values), then the selection. FEMNIST at Figure 1's K = 10 and Figure 3's K = 100 only."""
     work = copy_workflow(tmp_path / "wf", with_src=True)
-    code, out = snakemake(work, "-n", "results/figures/figure3.pdf", "--configfile", "config/paper.yaml",
-                          "--config", "only_experiments=[figure1,figure3]", "only_datasets=[femnist]")
+    selection = ("--configfile", "config/paper.yaml", "--config", "only_experiments=[figure1,figure3]",
+                 "only_datasets=[femnist]")
+    folder = "results/only-figure1+figure3-in-femnist"  # the selection's tables and figures
+    code, out = snakemake(work, "results/only-figure1+figure3-in-femnist/figures/figure3.pdf", "-n", *selection)
     assert code == 0, out[-3000:]
-    plan = read_csv(work / "results/summary/planned_runs.csv")
+    plan_code, plan_out = snakemake(work, f"{folder}/summary/planned_runs.csv", "--cores", "1", *selection)
+    assert plan_code == 0, plan_out[-3000:]
+    plan = read_csv(work / folder / "summary/planned_runs.csv")
     assert {(r["experiment"], r["dataset"], r["K"]) for r in plan} == {("figure1", "femnist", "10"),
                                                                      ("figure3", "femnist", "100")}
     counts = job_counts(out)

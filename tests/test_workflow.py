@@ -70,7 +70,8 @@ def test_default_dag_dry_run(default_dry_run):
         "tuning_figure": 1,
         "theory_figure": 1,
         "all": 1,
-        "total": STATIC_TRAIN + 17,
+        "plan": 1,
+        "total": STATIC_TRAIN + 18,
     }
     # paths: canonical mu text, one folder per run
     for expected in (
@@ -111,10 +112,13 @@ def test_default_dag_dry_run(default_dry_run):
 
 
 def test_planned_runs_are_the_default_runs_at_their_paths(default_dry_run):
-    """planned_runs.csv, written by a dry run: the default config's runs at the paths the code before
-    the runs table gave them (tests/reference/default_runs.txt: the run folders of a default run),
-    the runs known only after tuning at the mu their tuning chose there (default_tuned_mu.csv)."""
+    """planned_runs.csv, written by its rule alone (before any training): the default config's runs
+    at the paths the code before the runs table gave them (tests/reference/default_runs.txt: the run
+    folders of a default run), the runs known only after tuning at the mu their tuning chose there
+    (default_tuned_mu.csv)."""
     workdir, _ = default_dry_run
+    code, out = snakemake(workdir, "results/summary/planned_runs.csv", "--cores", "1")
+    assert code == 0 and "1 of 1 steps" in out, out
     plan = pd.read_csv(workdir / "results/summary/planned_runs.csv", dtype=str, keep_default_na=False)
     tuned = pd.read_csv(REPO / "tests/reference/default_tuned_mu.csv")
     chosen = {(row.method, row.dataset): f"{row.chosen:g}" for row in tuned.itertuples()}
@@ -154,6 +158,17 @@ def test_rounds_of_an_experiment_get_their_own_runs(tmp_path):
     assert job_counts(out)["train"] == 4 * 12
     assert "results/runs/synthetic_iid/feddane/mu0.1_K10_E20_T20_seed3/run.json" in out
     assert "--rounds 20 --seed 3" in out and "--rounds 200" not in out
+
+
+def test_nested_numbers_on_the_command_line(tmp_path):
+    """`--config` with a nested number: Snakemake hands it over as text ('20'), which was refused with
+    "'20' is not of type 'integer'"; it is typed as a config file would type it."""
+    workdir = copy_workflow(tmp_path / "wf")
+    code, out = snakemake(workdir, "--dry-run", "--printshellcmds", "--cores", "1",
+                          "--config", "experiments={figure1: {rounds: 20}}", "seeds=[3]", "tuning={fraction: 0.2}")
+    assert code == 0, out
+    assert "results/runs/synthetic_iid/fedavg/mu0_K10_E20_T20_seed3/run.json" in out
+    assert "--fraction 0.2 --out results/summary/tuned_mu.csv" in out
 
 
 def test_mu_paths_are_canonical(tmp_path):
@@ -301,6 +316,31 @@ def test_tiny_real_run(tiny_run):
         assert f"Adding {name}" in out, out
     for name in ("tuning.png", "theory.png", "runs.csv", "tuned_mu.csv", "findings_figure1.csv"):
         assert f"Adding {name}" in out, out
+
+
+def test_a_selection_keeps_its_tables_beside_its_figures(tiny_run):
+    """A subset run (`only_experiments`, `only_datasets`) writes its tables and figures to a folder of
+    its own: it used to overwrite runs.csv and tuned_mu.csv, so a report of the whole run put the
+    subset's tables beside the whole run's figures. A report made with the subset's --config holds
+    the subset's; one without, the whole run's, untouched."""
+    results = tiny_run / "results"
+    whole = {name: (results / name).read_bytes() for name in
+             ("summary/runs.csv", "summary/tuned_mu.csv", "figures/figure1.png", "summary/findings_figure1.csv")}
+    selection = ("--config", "only_experiments=[figure1]", "only_datasets=[synthetic_iid]")
+    code, out = snakemake(tiny_run, "--cores", "2", *selection)
+    assert code == 0, out
+    assert "train" not in job_counts(out), out  # the runs are shared
+    assert {name: (results / name).read_bytes() for name in whole} == whole
+    subset = results / "only-figure1-in-synthetic_iid"
+    rows = read_csv(subset / "summary" / "runs.csv")
+    assert rows and {r["dataset"] for r in rows} == {"synthetic_iid"}
+    assert {r["dataset"] for r in read_csv(subset / "summary" / "tuned_mu.csv")} == {"synthetic_iid"}
+    assert {r["dataset"] for r in read_csv(subset / "summary" / "findings_figure1.csv")} == {"synthetic_iid"}
+    code, out = snakemake(tiny_run, "--report", "subset.html", *selection)
+    assert code == 0, out
+    assert "Adding figure1.png" in out and "Adding figure2.png" not in out and "Adding runs.csv" in out, out
+    code, out = snakemake(tiny_run, "--report", "whole.html")
+    assert code == 0 and "Adding figure2.png" in out, out
 
 
 def test_changing_the_grid_reruns_only_new_runs(tiny_run, tmp_path):
