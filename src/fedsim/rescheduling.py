@@ -31,9 +31,12 @@ def _wake_only_when_held(scheduler, delay) -> None:
         _original(scheduler, delay)
 
 
-def install() -> bool:
-    """Patch Snakemake's scheduler (in this process); whether there was something to patch."""
+def install(enabled: bool = True) -> bool:
+    """Patch Snakemake's scheduler (in this process); whether it is patched. enabled=False leaves
+    it as Snakemake ships it."""
     global _original
+    if not enabled:
+        return False
     try:
         from snakemake.scheduling.job_scheduler import JobScheduler
     except ImportError:
