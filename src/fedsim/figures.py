@@ -12,6 +12,7 @@ corner (FedDANE oscillates across the whole range).
 from __future__ import annotations
 
 import json
+import textwrap
 
 import matplotlib
 
@@ -280,9 +281,12 @@ def successors_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
             ax.set_xlabel(x_label, fontsize=8)
             ax.set_ylabel(METRICS.get(metric, metric))
     first = runs[0][1]["config"]
-    fig.suptitle(f"K = {panel_k} (K = all devices where marked), E = {first['epochs']}, rounds = {first['rounds']}; "
-                 + band_text(runs), fontsize=10)
-    save(fig, out)  # tight_layout makes room for the legends below the bottom row (they are the axes')
+    title = (f"K = {panel_k} (K = all devices where marked), E = {first['epochs']}, rounds = {first['rounds']}; "
+             + band_text(runs))
+    lines = textwrap.wrap(title, width=int(10 * 3.9 * len(keys)))  # 10 pt: 13 characters an inch; a margin
+    fig.suptitle("\n".join(lines), fontsize=10)
+    # tight_layout makes room for the legends below the bottom row (they are the axes'), rect for the title
+    save(fig, out, rect=(0, 0, 1, 1 - 0.18 * (len(lines) - 1) / height))
 
 
 def decrease_table(metrics: pd.DataFrame) -> pd.DataFrame:
