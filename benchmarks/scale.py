@@ -12,8 +12,10 @@ printed: seconds per round (training with its reads, plus the evaluation that fo
 mean over rounds after the first), the reading part of that and its share of the round, split
 into the file read (FederatedDataset.load) and the copy into the model's input tensor (the rest of
 train.RunData.load), the checksums' part of the file read, the evaluation part, the checks made
-once at open, and this process's peak resident memory (RSS). Every part is the mean over the
-same rounds as the seconds per round.
+once at open, the bytes read from disk (not served by the page cache), and this process's peak
+resident memory (RSS). Every part is the mean over the same rounds as the seconds per round.
+Before the runs, the rows they will read are read once, so that they find them in the page cache
+(this machine's page cache keeps neither all of the 11 GB file nor always all of the 1 GB one).
 
 --compare first runs the same training with every read through h5py (FederatedDataset.raw_chunks
 off: HDF5 checks the checksums, a slice or one union read per round), then as usual, back to back
@@ -134,6 +136,7 @@ def replay_checksums(path: Path, batches: list) -> tuple[float, float, int]:
     """Seconds to fetch `batches` of chunks again and to check their Fletcher-32 checksums with the
     compiled check (the one load() runs fused with its copy, so timed apart here), and their bytes."""
     check = data._compiled()[0]
+    check(np.zeros((1, 8), np.uint8), 4, np.zeros(1, bool))  # loaded from numba's cache outside the timing
     fetching = checking = 0.0
     size = 0
     with FederatedDataset(path) as dataset:
@@ -154,16 +157,34 @@ def replay_checksums(path: Path, batches: list) -> tuple[float, float, int]:
     return fetching, checking, size
 
 
+def warm_page_cache(config: train.RunConfig) -> float:
+    """Read once the rows the run will read (each round's selections and the evaluation sample), so
+    that the runs measured find them in the page cache alike: this machine's page cache does not
+    keep all of an 11 GB file, nor always all of a 1 GB one. Seconds spent."""
+    begun = time.perf_counter()
+    with FederatedDataset(config.data) as dataset:
+        sizes = dataset.train_sizes
+        sample = train.eval_sample(config.eval_devices, dataset.num_devices, config.seed)
+        for split in SPLITS:
+            dataset.load(split, sample)
+        for t in range(config.rounds):
+            for stream in (train.SELECTION_STREAM, train.SECOND_SUBSET_STREAM):
+                dataset.load("train", np.unique(train.select_devices(config.seed, t, stream, config.clients_per_round,
+                                                                     sizes, config.selection)))
+    return time.perf_counter() - begun
+
+
 def measure(config: train.RunConfig, raw_chunks: bool) -> dict:
     """One training run; seconds per steady round (all rounds after the first) and the means of its
     parts over those rounds."""
     FederatedDataset.raw_chunks = raw_chunks
-    stamps, events, fetched = [], [], []
+    stamps, blocks, events, fetched = [], [], [], []
     start = time.perf_counter()
     try:
         with timed(train.RunData, "load", "reading", events), timed(FederatedDataset, "load", "file", events), \
                 timed(train, "evaluate", "evaluation", events), recorded_fetches(fetched):
-            metrics, record = train.run(config, on_round=lambda row: stamps.append(time.perf_counter()))
+            metrics, record = train.run(config, on_round=lambda row: (stamps.append(time.perf_counter()),
+                                                                      blocks.append(disk_blocks())))
     finally:
         FederatedDataset.raw_chunks = True
     rounds = [b - a for a, b in zip(stamps, stamps[1:])]
@@ -177,7 +198,13 @@ def measure(config: train.RunConfig, raw_chunks: bool) -> dict:
     return {"setup": stamps[0] - start, "rounds": rounds, "round": statistics.mean(steady),
             **{kind: per_round(kind) for kind in ("reading", "file", "evaluation")},
             "replay_fetch": fetching / len(steady), "checksums": checking / len(steady),
-            "chunk_bytes": size / len(steady), "metrics": metrics, "record": record}
+            "chunk_bytes": size / len(steady), "disk": (blocks[-1] - blocks[-1 - len(steady)]) * 512 / len(steady),
+            "metrics": metrics, "record": record}
+
+
+def disk_blocks() -> int:
+    """512-byte blocks this process has read from disk so far (reads served by the page cache: none)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_inblock
 
 
 def report(m: dict, label: str, raw_chunks: bool) -> None:
@@ -194,6 +221,7 @@ def report(m: dict, label: str, raw_chunks: bool) -> None:
     print(f"    model inputs    {m['reading'] - m['file']:7.3f}   the rest of train.RunData.load (rows copied "
           f"into the input tensor)")
     print(f"  evaluation        {m['evaluation']:7.3f}")
+    print(f"  read from disk    {m['disk'] / 1e6:7.1f} MB a round (0: every read served by the page cache)")
 
 
 def open_checks(path: Path, devices: np.ndarray, repeats: int = 3) -> dict:
@@ -237,6 +265,7 @@ def main() -> None:
         config = train.RunConfig(data=str(path), method=args.method, mu=args.mu, rounds=args.rounds,
                                  clients_per_round=args.clients_per_round, epochs=args.epochs,
                                  load="stream", eval_devices=args.eval_devices, threads=args.threads)
+        warming = warm_page_cache(config)
         before = measure(config, raw_chunks=False) if args.compare else None
         m = measure(config, raw_chunks=True)
         with FederatedDataset(path) as dataset:
@@ -250,6 +279,7 @@ def main() -> None:
           f"{record['data_access']['eval_devices']} devices; {args.threads} thread(s), torch {torch.__version__}")
     print(f"dataset generation  {'reused ' + str(path) if generation is None else f'{generation:7.1f} s'}"
           f"   (a child process; not in the figures below)")
+    print(f"page cache warmed with the rows the run reads: {warming:.1f} s (not in the figures below)")
     print(f"set-up (open, evaluation sample, round 0 metrics) {m['setup']:7.2f} s")
     if before is not None:
         if not before["metrics"].equals(m["metrics"]):
