@@ -2,14 +2,25 @@
 
     python benchmarks/scale.py [--data PATH] [--devices 100000] [--features 60] [--clients-per-round 1000]
                                [--epochs 1] [--rounds 3] [--eval-devices 1000] [--method fedavg] [--threads 1]
+                               [--compare]
 
 Synthetic (1,1) with --devices devices of --features features is generated first, by a child
 process (so its memory does not count), at PATH (kept, and reused when it already holds that
 dataset) or in a temporary directory. Then one run trains with load=stream (each round reads its
 K devices from the file) and computes the metrics on a seeded sample of --eval-devices devices;
 printed: seconds per round (training with its reads, plus the evaluation that follows it; the
-mean over rounds after the first), the reading and evaluation parts of that, and this process's
-peak resident memory (RSS).
+mean over rounds after the first), the reading part of that and its share of the round, split
+into the file read (FederatedDataset.load) and the copy into the model's input tensor (the rest of
+train.RunData.load), the checksums' part of the file read, the evaluation part, the checks made
+once at open, the bytes read from disk (not served by the page cache), and this process's peak
+resident memory (RSS). Every part is the mean over the same rounds as the seconds per round.
+Before the runs, the rows they will read are read once, so that they find them in the page cache
+(this machine's page cache keeps neither all of the 11 GB file nor always all of the 1 GB one).
+
+--compare first runs the same training with every read through h5py (FederatedDataset.raw_chunks
+off: HDF5 checks the checksums, a slice or one union read per round), then as usual, back to back
+in one process, and prints both and their ratio; the two runs must give the same metrics, bit for
+bit (the script stops otherwise).
 
 Generation is the long part, and is timed and printed as its own figure. Before generating, the
 script prints the dataset's exact size (the device sizes are the generator's first draw, so they
@@ -45,8 +56,8 @@ import torch
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
-from fedsim import train  # noqa: E402
-from fedsim.data import FederatedDataset  # noqa: E402
+from fedsim import data, train  # noqa: E402
+from fedsim.data import SPLITS, FederatedDataset  # noqa: E402
 
 
 GENERATION_MB_PER_S = {"idle": 75.0, "loaded": 21.0}  # this 2-core machine, 2026-11-22 and 2026-11-25
@@ -88,8 +99,8 @@ def generate(path: Path, devices: int, features: int) -> float | None:
 
 
 @contextmanager
-def timed(owner, name: str, spent: list):
-    """Add the seconds of every call of owner.name to `spent` while inside the block."""
+def timed(owner, name: str, kind: str, events: list):
+    """Append (kind, start, seconds) for every call of owner.name to `events` while inside the block."""
     original = getattr(owner, name)
 
     def wrapper(*args, **kwargs):
@@ -97,12 +108,138 @@ def timed(owner, name: str, spent: list):
         try:
             return original(*args, **kwargs)
         finally:
-            spent.append(time.perf_counter() - start)
+            events.append((kind, start, time.perf_counter() - start))
     setattr(owner, name, wrapper)
     try:
         yield
     finally:
         setattr(owner, name, original)
+
+
+@contextmanager
+def recorded_fetches(fetched: list):
+    """Record (time, dataset name, chunk indices) of every batch of chunks the raw path fetches
+    (benchmark instrumentation of fedsim.data's internals, undone on exit)."""
+    fetch = data._ChunkSource.fetch
+
+    def recorded(self, ids, chunks, usable):
+        fetched.append((time.perf_counter(), self.dset.name, np.array(ids)))
+        return fetch(self, ids, chunks, usable)
+    data._ChunkSource.fetch = recorded
+    try:
+        yield
+    finally:
+        data._ChunkSource.fetch = fetch
+
+
+def replay_checksums(path: Path, batches: list) -> tuple[float, float, int]:
+    """Seconds to fetch `batches` of chunks again and to check their Fletcher-32 checksums with the
+    compiled check (the one load() runs fused with its copy, so timed apart here), and their bytes."""
+    check = data._compiled()[0]
+    check(np.zeros((1, 8), np.uint8), 4, np.zeros(1, bool))  # loaded from numba's cache outside the timing
+    fetching = checking = 0.0
+    size = 0
+    with FederatedDataset(path) as dataset:
+        for name, ids in batches:
+            source = dataset._chunks.get(name) or dataset._chunks.setdefault(name, data._ChunkSource(dataset._f[name]))
+            chunks, whole = source.buffer(len(ids))[:len(ids)], np.zeros(len(ids), bool)  # as load() does
+            begun = time.perf_counter()
+            for _ in source.fetch(ids, chunks, whole):
+                pass
+            fetching += time.perf_counter() - begun
+            begun = time.perf_counter()
+            bad = np.zeros(len(ids), bool)
+            check(chunks, source.nbytes, bad)
+            checking += time.perf_counter() - begun
+            size += chunks.nbytes
+            if bad.any() or not whole.all():
+                raise SystemExit(f"{path}: a chunk failed on replay")
+    return fetching, checking, size
+
+
+def warm_page_cache(config: train.RunConfig) -> float:
+    """Read once the rows the run will read (each round's selections and the evaluation sample), so
+    that the runs measured find them in the page cache alike: this machine's page cache does not
+    keep all of an 11 GB file, nor always all of a 1 GB one. Seconds spent."""
+    begun = time.perf_counter()
+    with FederatedDataset(config.data) as dataset:
+        sizes = dataset.train_sizes
+        sample = train.eval_sample(config.eval_devices, dataset.num_devices, config.seed)
+        for split in SPLITS:
+            dataset.load(split, sample)
+        for t in range(config.rounds):
+            for stream in (train.SELECTION_STREAM, train.SECOND_SUBSET_STREAM):
+                dataset.load("train", np.unique(train.select_devices(config.seed, t, stream, config.clients_per_round,
+                                                                     sizes, config.selection)))
+    return time.perf_counter() - begun
+
+
+def measure(config: train.RunConfig, raw_chunks: bool) -> dict:
+    """One training run; seconds per steady round (all rounds after the first) and the means of its
+    parts over those rounds."""
+    FederatedDataset.raw_chunks = raw_chunks
+    stamps, blocks, events, fetched = [], [], [], []
+    start = time.perf_counter()
+    try:
+        with timed(train.RunData, "load", "reading", events), timed(FederatedDataset, "load", "file", events), \
+                timed(train, "evaluate", "evaluation", events), recorded_fetches(fetched):
+            metrics, record = train.run(config, on_round=lambda row: (stamps.append(time.perf_counter()),
+                                                                      blocks.append(disk_blocks())))
+    finally:
+        FederatedDataset.raw_chunks = True
+    rounds = [b - a for a, b in zip(stamps, stamps[1:])]
+    steady = rounds[1:] or rounds
+    lo, hi = stamps[-1 - len(steady)], stamps[-1]  # the steady rounds' span
+
+    def per_round(kind):
+        return sum(seconds for k, begun, seconds in events if k == kind and lo <= begun < hi) / len(steady)
+    batches = [(name, ids) for begun, name, ids in fetched if lo <= begun < hi]
+    fetching, checking, size = replay_checksums(Path(config.data), batches) if batches else (0.0, 0.0, 0)
+    return {"setup": stamps[0] - start, "rounds": rounds, "round": statistics.mean(steady),
+            **{kind: per_round(kind) for kind in ("reading", "file", "evaluation")},
+            "replay_fetch": fetching / len(steady), "checksums": checking / len(steady),
+            "chunk_bytes": size / len(steady), "disk": (blocks[-1] - blocks[-1 - len(steady)]) * 512 / len(steady),
+            "metrics": metrics, "record": record}
+
+
+def disk_blocks() -> int:
+    """512-byte blocks this process has read from disk so far (reads served by the page cache: none)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_inblock
+
+
+def report(m: dict, label: str, raw_chunks: bool) -> None:
+    share = m["reading"] / m["round"]
+    print(f"{label}seconds per round   {m['round']:7.2f}   (mean of rounds 2-{len(m['rounds'])}; all: "
+          f"{', '.join(f'{r:.2f}' for r in m['rounds'])})")
+    print(f"  reading devices   {m['reading']:7.3f}   = {100 * share:.0f} % of a round (target < 25 %)")
+    print(f"    file            {m['file']:7.3f}   FederatedDataset.load: "
+          f"{'raw checksummed chunks' if raw_chunks else 'through h5py (HDF5 checks the checksums)'}")
+    if raw_chunks:
+        print(f"      checksums     {m['checksums']:7.3f}   = {100 * m['checksums'] / m['reading']:.0f} % of the reading: "
+              f"Fletcher-32 over the {m['chunk_bytes'] / 1e6:.0f} MB of whole chunks a round fetches "
+              f"(fetching them: {m['replay_fetch']:.3f} s; both replayed after the run)")
+    print(f"    model inputs    {m['reading'] - m['file']:7.3f}   the rest of train.RunData.load (rows copied "
+          f"into the input tensor)")
+    print(f"  evaluation        {m['evaluation']:7.3f}")
+    print(f"  read from disk    {m['disk'] / 1e6:7.1f} MB a round (0: every read served by the page cache)")
+
+
+def open_checks(path: Path, devices: np.ndarray, repeats: int = 3) -> dict:
+    """Best-of seconds of the checks made at open (once a run) and of the device index check
+    made at each load."""
+    def best(fn):
+        times = []
+        for _ in range(repeats):
+            begun = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - begun)
+        return min(times)
+    with FederatedDataset(path) as dataset:
+        labels = sum(len(dataset._f[f"{split}/y"]) for split in SPLITS)
+        return {"open": best(lambda: FederatedDataset(path).close()),
+                "layout": best(lambda: [dataset._check_layout(split) for split in SPLITS]),
+                "labels": best(lambda: [dataset._check_labels(split) for split in SPLITS]), "label_count": labels,
+                "indices": best(lambda: dataset._device_indices(devices))}
 
 
 def main() -> None:
@@ -117,6 +254,8 @@ def main() -> None:
     parser.add_argument("--method", choices=["fedavg", "fedprox", "feddane"], default="fedavg")
     parser.add_argument("--mu", type=float, default=0.0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--compare", action="store_true",
+                        help="first run every read through h5py, then as usual; print both")
     args = parser.parse_args()
     begin = time.perf_counter()
 
@@ -126,28 +265,37 @@ def main() -> None:
         config = train.RunConfig(data=str(path), method=args.method, mu=args.mu, rounds=args.rounds,
                                  clients_per_round=args.clients_per_round, epochs=args.epochs,
                                  load="stream", eval_devices=args.eval_devices, threads=args.threads)
-        stamps, reads, evals = [], [], []
-        start = time.perf_counter()
-        with timed(train.RunData, "load", reads), timed(train, "evaluate", evals):
-            metrics, record = train.run(config, on_round=lambda row: stamps.append(time.perf_counter()))
+        warming = warm_page_cache(config)
+        before = measure(config, raw_chunks=False) if args.compare else None
+        m = measure(config, raw_chunks=True)
         with FederatedDataset(path) as dataset:
             samples = int(dataset.train_sizes.sum())
+        checks = open_checks(path, train.select_devices(config.seed, 1, train.SELECTION_STREAM,
+                                                        args.clients_per_round, dataset.train_sizes, config.selection))
 
-    rounds = [b - a for a, b in zip(stamps, stamps[1:])]
-    steady = rounds[1:] or rounds
-    eval_sample_reads = 2  # the evaluation sample's train and test rows, read once before round 0
+    record = m["record"]
     print(f"Synthetic (1,1): {args.devices} devices x {args.features} features, {samples} training samples; "
           f"{args.method} K={args.clients_per_round}, E={args.epochs}, B=10; load=stream, metrics on "
           f"{record['data_access']['eval_devices']} devices; {args.threads} thread(s), torch {torch.__version__}")
     print(f"dataset generation  {'reused ' + str(path) if generation is None else f'{generation:7.1f} s'}"
           f"   (a child process; not in the figures below)")
-    print(f"set-up (open, evaluation sample, round 0 metrics) {stamps[0] - start:7.2f} s")
-    print(f"seconds per round   {statistics.mean(steady):7.2f}   (rounds: {', '.join(f'{r:.2f}' for r in rounds)})")
-    print(f"  reading devices   {statistics.mean(reads[eval_sample_reads:]):7.2f}")
-    print(f"  evaluation        {statistics.mean(evals[1:]):7.2f}")
+    print(f"page cache warmed with the rows the run reads: {warming:.1f} s (not in the figures below)")
+    print(f"set-up (open, evaluation sample, round 0 metrics) {m['setup']:7.2f} s")
+    if before is not None:
+        if not before["metrics"].equals(m["metrics"]):
+            raise SystemExit("the two read paths gave different metrics")
+        report(before, "[h5py reads] ", raw_chunks=False)
+        report(m, "[raw chunks] ", raw_chunks=True)
+        print(f"same metrics, bit for bit; reading: h5py / raw chunks = {before['reading'] / m['reading']:.1f}x, "
+              f"file read alone {before['file'] / m['file']:.1f}x (same process, back to back)")
+    else:
+        report(m, "", raw_chunks=True)
+    print(f"checks at open (once a run): offsets and shapes {checks['layout'] * 1e3:.1f} ms, labels in range "
+          f"{checks['labels']:.3f} s ({checks['label_count'] / 1e6:.1f} M labels, read with their checksums); "
+          f"the whole open {checks['open']:.3f} s. At each load: device indices {checks['indices'] * 1e6:.0f} us")
     print(f"peak RSS            {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:7.2f} GiB   (target < 4)")
     print(f"whole benchmark     {time.perf_counter() - begin:7.1f} s   (generation included; target < 20 min)")
-    print(f"final train loss    {metrics['train_loss'].iloc[-1]:.4f} (round 0: {metrics['train_loss'].iloc[0]:.4f})")
+    print(f"final train loss    {m['metrics']['train_loss'].iloc[-1]:.4f} (round 0: {m['metrics']['train_loss'].iloc[0]:.4f})")
 
 
 if __name__ == "__main__":

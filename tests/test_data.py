@@ -4,7 +4,8 @@ import h5py
 import numpy as np
 import pytest
 
-from fedsim.data import FORMAT_VERSION, FederatedDataset, write_dataset, write_dataset_stream
+from fedsim import data as data_module
+from fedsim.data import FORMAT_VERSION, FederatedDataset, fletcher32_mismatches, write_dataset, write_dataset_stream
 from helpers.hdf5_damage import flip_byte
 from tiny import read_dataset
 
@@ -143,8 +144,9 @@ def test_load_errors(tmp_path):
                 ds.load("train", devices)
 
 
-def test_subset_reads_only_requested_devices(tmp_path, monkeypatch):
-    """The row ranges actually read must be exactly the requested devices' (merged when adjacent)."""
+def test_subset_reads_only_requested_devices_through_hdf5(tmp_path, monkeypatch):
+    """The HDF5 path (format 1 files; raw_chunks off): the row ranges read are exactly the requested
+    devices' (merged when adjacent)."""
     data, path = toy(sizes=(4, 3, 5, 2, 6, 3), test_sizes=(1,) * 6, d=7), tmp_path / "toy.h5"
     write(path, data)
     wanted = [4, 1, 2]
@@ -160,6 +162,7 @@ def test_subset_reads_only_requested_devices(tmp_path, monkeypatch):
         monkeypatch.setattr(h5py.Dataset, method, spy)
 
     with FederatedDataset(path) as ds:
+        ds.raw_chunks = False
         reads.clear()  # metadata (offsets, clients) is read at open
         got = ds.load("train", wanted)
         runs = ((o[1], o[3]), (o[4], o[5]))  # devices [1, 2] are adjacent: one read
@@ -167,6 +170,171 @@ def test_subset_reads_only_requested_devices(tmp_path, monkeypatch):
         x, y = rows(data, "train", wanted)
         np.testing.assert_array_equal(got.x, x)
         np.testing.assert_array_equal(got.y, y)
+
+
+def spy_fetches(monkeypatch):
+    """{dataset name: chunk indices} of every chunk the raw path fetches from now on."""
+    fetched = {}
+    original = data_module._ChunkSource.fetch
+
+    def spy(self, ids, chunks, usable):
+        fetched.setdefault(self.dset.name, []).extend(np.asarray(ids).tolist())
+        return original(self, ids, chunks, usable)
+    monkeypatch.setattr(data_module._ChunkSource, "fetch", spy)
+    return fetched
+
+
+def test_subset_reads_only_the_chunks_of_requested_devices(tmp_path, monkeypatch):
+    """The raw path fetches each chunk of x holding a requested row once, and no other chunk; the
+    labels, all read and checked at open, are not read again."""
+    data, path = toy(sizes=(4, 3, 5, 2, 6, 3, 0, 9), test_sizes=(1,) * 8, d=7), tmp_path / "toy.h5"
+    write(path, data, chunk_rows=3)
+    o = data["train_offsets"]
+    fetched = spy_fetches(monkeypatch)
+    with FederatedDataset(path) as ds:
+        for wanted in ([4, 1, 2], [7, 6, 7, 0], [6], []):
+            fetched.clear()
+            got = ds.load("train", wanted)
+            holding = sorted({r // 3 for k in set(wanted) for r in range(o[k], o[k + 1])})
+            assert {name: sorted(ids) for name, ids in fetched.items()} == ({"/train/x": holding} if holding else {})
+            x, y = rows(data, "train", wanted)
+            np.testing.assert_array_equal(got.x, x)
+            np.testing.assert_array_equal(got.y, y)
+
+
+def plain_read(path, split, devices):
+    """The reference: each device's rows by a plain h5py slice, concatenated in the order asked."""
+    with h5py.File(path, "r") as f:
+        o, x, y = f[f"{split}/offsets"][:], f[f"{split}/x"], f[f"{split}/y"]
+        return (np.concatenate([x[o[k]:o[k + 1]] for k in devices]) if len(devices) else x[:0],
+                np.concatenate([y[o[k]:o[k + 1]] for k in devices]) if len(devices) else y[:0])
+
+
+@pytest.mark.parametrize("chunk_rows", [None, 1, 5, 64])
+@pytest.mark.parametrize("x_dtype, row_shape", [(np.float32, (6,)), (np.int8, (3,)), (np.float64, (2, 3))])
+def test_load_is_the_plain_read_bit_for_bit(tmp_path, monkeypatch, chunk_rows, x_dtype, row_shape):
+    """load() against per-device h5py slices: ragged devices that straddle chunks, empty devices,
+    selections sorted, shuffled, with repeats, all and none; float and integer rows (int8 rows of 3
+    bytes: chunks of an odd number of bytes), through the raw path and through HDF5."""
+    rng = np.random.default_rng(7)
+    sizes = [0, 1, 7, 300, 2, 0, 55, 131, 3, 17, 64, 65, 1, 0]
+    test_sizes = rng.integers(0, 9, len(sizes))
+    data = toy(sizes=sizes, test_sizes=test_sizes)
+    for split in ("train", "test"):
+        n = len(data[f"{split}_y"])
+        data[f"{split}_x"] = (rng.normal(size=(n, *row_shape)) * 50).astype(x_dtype)
+    path = tmp_path / "ragged.h5"
+    write(path, data, chunk_rows=chunk_rows)
+    picks = [None, [], [3], [0, 5, 13], list(range(len(sizes))), [3, 7, 6, 8], [6, 7, 8, 9, 10],
+             rng.permutation(len(sizes)), [9, 3, 9, 0, 3, 12, 7, 7], rng.integers(0, len(sizes), 40)]
+    fetched = spy_fetches(monkeypatch)
+    with FederatedDataset(path) as ds:
+        for raw in (True, False):
+            ds.raw_chunks = raw
+            for split in ("train", "test"):
+                for devices in picks:
+                    got = ds.load(split, devices)
+                    asked = range(len(sizes)) if devices is None else list(devices)
+                    x, y = plain_read(path, split, asked)
+                    assert got.x.dtype == x.dtype and got.y.dtype == y.dtype == np.int64
+                    assert got.x.shape == x.shape and got.x.flags.c_contiguous
+                    assert got.x.tobytes() == x.tobytes() and got.y.tobytes() == y.tobytes()
+                    np.testing.assert_array_equal(got.devices, list(asked))
+                    np.testing.assert_array_equal(got.offsets, np.concatenate(
+                        [[0], np.cumsum(getattr(ds, f"{split}_sizes")[list(asked)])]))
+            assert bool(fetched) == raw  # the raw path did the reading (and only when on)
+            fetched.clear()
+
+
+def test_without_hdf5s_chunk_index_chunks_are_fetched_by_hdf5(tmp_path, monkeypatch):
+    """Another file driver, or an HDF5 without H5Dchunk_iter: each chunk comes from H5Dread_chunk."""
+    data, path = toy(sizes=(4, 3, 5, 2, 6, 3), test_sizes=(1,) * 6, d=7), tmp_path / "toy.h5"
+    write(path, data, chunk_rows=2)
+    original = data_module._ChunkSource.__init__
+    fetched = spy_fetches(monkeypatch)
+
+    def no_index(self, dset):
+        original(self, dset)
+        self.fd = self.address = None
+    monkeypatch.setattr(data_module._ChunkSource, "__init__", no_index)
+    with FederatedDataset(path) as ds:
+        for wanted in ([4, 1, 2], [5, 5, 0], None):
+            got = ds.load("train", wanted)
+            x, y = rows(data, "train", range(6) if wanted is None else wanted)
+            np.testing.assert_array_equal(got.x, x)
+            np.testing.assert_array_equal(got.y, y)
+        assert ds._chunks["/train/x"].fd is None and fetched["/train/x"]
+
+
+@pytest.mark.parametrize("where", [-1, 1 << 40])  # not in HDF5's index; past the end of the file
+def test_chunks_the_raw_path_cannot_fetch_come_through_hdf5(tmp_path, monkeypatch, where):
+    """A chunk the raw path cannot fetch whole is read through HDF5: the same rows, bit for bit."""
+    data, path = toy(sizes=(4, 3, 5, 2, 6, 3), test_sizes=(1,) * 6, d=7), tmp_path / "toy.h5"
+    write(path, data, chunk_rows=2)
+    hdf5 = spy_hdf5_reads(monkeypatch)
+    with FederatedDataset(path) as ds:
+        ds.load("train", [0])
+        ds._chunks["/train/x"].address[[1, 4]] = where  # rows 2-3 and 8-9
+        for wanted in ([0, 2, 1], [5, 3], [2, 0, 2]):
+            hdf5.clear()
+            got = ds.load("train", wanted)
+            x, y = rows(data, "train", wanted)
+            np.testing.assert_array_equal(got.x, x)
+            np.testing.assert_array_equal(got.y, y)
+            o = data["train_offsets"]
+            asked = {r for k in wanted for r in range(o[k], o[k + 1])}
+            # HDF5 read exactly the asked rows of those two chunks, and nothing else
+            assert sorted(r for _, sel in hdf5 for r in range(sel.start, sel.stop)) == sorted(asked & {2, 3, 8, 9})
+
+
+def test_load_reuses_its_memory_only_once_nothing_refers_to_it(tmp_path):
+    """A round's output memory is reused by the next load once dropped (fresh memory costs page
+    faults); never while the DeviceData, a view of it or a tensor sharing it is alive."""
+    torch = pytest.importorskip("torch")
+    data, path = toy(sizes=(40000, 50000, 45000), test_sizes=(1, 1, 1), d=8), tmp_path / "big.h5"
+    write(path, data)
+
+    def address(a):
+        return a.__array_interface__["data"][0]
+    holders = [lambda d: d, lambda d: d.x[5:], lambda d: torch.from_numpy(d.x), lambda d: d.x.reshape(-1)[7:]]
+    with FederatedDataset(path) as ds:
+        for hold in holders:
+            held = hold(ds.load("train", [1, 2]))
+            x = np.asarray(held.x if hasattr(held, "x") else held).copy()
+            other = ds.load("train", [2, 0])  # while the first one's memory is held: elsewhere
+            np.testing.assert_array_equal(np.asarray(held.x if hasattr(held, "x") else held), x)
+            last = address(other.x)
+            del held, other
+        again = ds.load("train", [0, 1])
+        assert address(again.x) == last  # the same memory, now free
+        x, y = rows(data, "train", [0, 1])
+        np.testing.assert_array_equal(again.x, x)
+        np.testing.assert_array_equal(again.y, y)
+
+
+@pytest.mark.parametrize("dtype, chunk, fill", [
+    (np.float32, (273, 60), "normal"), (np.int64, (8192,), "normal"), (np.int8, (5, 3), "normal"),
+    (np.uint8, (7,), "ones"), (np.uint8, (1,), "normal"), (np.float32, (4, 2), "zeros"),
+    (np.uint16, (40000,), "ones"),  # long runs of 0xffff: the largest sums
+])
+def test_fletcher32_is_hdf5s(tmp_path, dtype, chunk, fill):
+    """The compiled checksum accepts every chunk HDF5 wrote (odd byte counts, all zeros, all ones)
+    and rejects each with one flipped bit."""
+    rng = np.random.default_rng(3)
+    shape = (chunk[0] * 3 + 1, *chunk[1:])  # a partial last chunk too
+    values = {"normal": lambda: rng.normal(size=shape) * 1000, "zeros": lambda: np.zeros(shape),
+              "ones": lambda: np.full(shape, np.iinfo(dtype).max if np.dtype(dtype).kind in "iu" else 1)}[fill]()
+    with h5py.File(tmp_path / "c.h5", "w") as f:
+        d = f.create_dataset("a", data=values.astype(dtype), chunks=chunk, fletcher32=True)
+        nbytes = int(np.prod(chunk)) * np.dtype(dtype).itemsize
+        raw = np.stack([np.frombuffer(d.id.read_direct_chunk((c * chunk[0], *(0,) * (len(chunk) - 1)))[1], np.uint8)
+                        for c in range(4)])
+    assert raw.shape == (4, nbytes + 4)
+    assert not fletcher32_mismatches(raw, nbytes).any()
+    for c, byte, bit in ((0, 0, 0), (1, nbytes - 1, 7), (2, nbytes // 2, 3), (3, nbytes + 2, 1)):
+        damaged = raw.copy()
+        damaged[c, byte] ^= 1 << bit
+        np.testing.assert_array_equal(fletcher32_mismatches(damaged, nbytes), np.arange(4) == c)
 
 
 def test_a_flipped_byte_is_an_error_naming_the_file(tmp_path):
@@ -181,6 +349,45 @@ def test_a_flipped_byte_is_an_error_naming_the_file(tmp_path):
     flip_byte(path, "test/y")
     with pytest.raises(ValueError, match="toy.h5: not a readable fedsim dataset"):
         FederatedDataset(path)
+
+
+@pytest.mark.parametrize("raw", [True, False])
+def test_a_flipped_byte_in_any_chunk_read_is_an_error(tmp_path, monkeypatch, raw):
+    """Small chunks: a flipped byte in the chunk holding device 2's rows fails every read that
+    touches it (alone, among others, shuffled, repeated), by either path; reads of devices in other
+    chunks still succeed, bit for bit. (Labels are all read, so checked, at open: a flipped byte
+    there fails the open, test_a_flipped_byte_is_an_error_naming_the_file.)"""
+    data, path = toy(sizes=(4, 3, 5, 2, 6, 3), test_sizes=(1,) * 6), tmp_path / "toy.h5"
+    write(path, data, chunk_rows=2)
+    flip_byte(path, "train/x", chunk=data["train_offsets"][2] // 2 + 1)  # rows 8-9, of device 2 (7-11)
+    fallback = spy_hdf5_reads(monkeypatch)
+    with FederatedDataset(path) as ds:
+        ds.raw_chunks = raw
+        for devices in ([2], [0, 1, 2, 3], [5, 2, 0, 2], None):
+            with pytest.raises(ValueError, match="toy.h5: train data cannot be read back intact.*damaged"):
+                ds.load("train", devices)
+        assert not raw or fallback  # the raw path handed the damaged chunk to HDF5, which refused it
+        for devices in ([0, 1], [5, 3, 4, 5]):
+            got = ds.load("train", devices)
+            x, y = rows(data, "train", devices)
+            np.testing.assert_array_equal(got.x, x)
+            np.testing.assert_array_equal(got.y, y)
+    write(path, data, chunk_rows=2)
+    flip_byte(path, "train/y", chunk=4)
+    with pytest.raises(ValueError, match="toy.h5: not a readable fedsim dataset"):
+        FederatedDataset(path)
+
+
+def spy_hdf5_reads(monkeypatch):
+    """(dataset name, rows) of every read_direct from now on."""
+    reads = []
+    original = h5py.Dataset.read_direct
+
+    def spy(self, dest, source_sel=None, dest_sel=None):
+        reads.append((self.name, source_sel))
+        return original(self, dest, source_sel, dest_sel)
+    monkeypatch.setattr(h5py.Dataset, "read_direct", spy)
+    return reads
 
 
 @pytest.mark.parametrize("damage, message", [
