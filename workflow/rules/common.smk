@@ -65,10 +65,8 @@ def alternatives(names):
     return "|".join(re.escape(n) for n in names) if names else "(?!)"
 
 
-# ---------------------------------------------------------------------------------------
-# Paths: every file name of the workflow is built here and nowhere else.
-# Called without arguments, the run helpers return wildcard patterns for rule outputs.
-# ---------------------------------------------------------------------------------------
+# ---- Paths: every file name of the workflow is built here and nowhere else.
+#      Called without arguments, the run helpers return wildcard patterns for rule outputs.
 
 def results(*parts):
     return str(Path(config["results_dir"], *parts))
@@ -157,9 +155,7 @@ def log_path(rule_name, stem):
     return (selection_results if rule_name in SELECTION_RULES else results)("logs", rule_name, f"{stem}.log")
 
 
-# ---------------------------------------------------------------------------------------
-# The runs table's outputs
-# ---------------------------------------------------------------------------------------
+# ---- The runs table's outputs
 
 def planned_runs_csv():
     return jobs.planned_runs_csv(config, PLAN, run_dir)
@@ -210,9 +206,7 @@ def final_targets():
     return targets
 
 
-# ---------------------------------------------------------------------------------------
-# Per-rule arguments and resources (fedsim.jobs), bound to this config
-# ---------------------------------------------------------------------------------------
+# ---- Per-rule arguments and resources (fedsim.jobs), bound to this config
 
 (synthetic_args, leaf_args, json_args, json_inputs, raw_file, fetch_inputs, fetch_args, init_files, run_args,
  eval_args, train_device, train_gpus, train_mem_mb, train_runtime, method_options_text) = (
@@ -267,9 +261,7 @@ def metrics_of(runs):
     return lambda wildcards: metrics_paths(runs(wildcards))
 
 
-# ---------------------------------------------------------------------------------------
-# The plan on disk, the jobs' launcher, and the wildcards' constraints
-# ---------------------------------------------------------------------------------------
+# ---- The LSTM cost estimate, the jobs' launcher, and the wildcards' constraints
 
 def print_cost_estimate():
     """The LSTM datasets' estimated cost (fedsim.cost), on stderr before any job (`snakemake -n`
