@@ -1,0 +1,320 @@
+"""Explicit SIMD vectors for numba-compiled code: a value type of LANES floats and the few
+operations the MCLR kernel needs (fedsim.kernel).
+
+numba compiles without LLVM's SLP vectoriser, and its loop vectoriser keeps accumulators in
+registers only for some loop shapes (benchmarks/peak.py says which were tried), so a kernel
+written as scalar loops runs far below the core's FMA peak. Here a `Vector` is an LLVM
+<LANES x float> value: a numba variable of that type lives in vector registers, and each
+function below is one or a few LLVM vector instructions. LLVM splits a vector wider than the
+host's registers into several (8 float64 lanes: two 256-bit registers on AVX2, four on SSE), so
+the same code runs everywhere numba does.
+
+    load(a, i)        a[i:i + LANES] of a C-contiguous array: i an integer (1-D) or a tuple
+                      (r, j) for a[r, j:j + LANES], (k, r, j) for a[k, r, j:j + LANES]; unaligned
+    store(a, i, v)    the same lanes <- v
+    splat(s)          s in every lane
+    like(s, t)        s converted to t's float type
+    fma(a, b, c)      a * b + c (fused where the host has FMA: llvm.fmuladd)
+    add, sub, mul, div  lane by lane
+    max(a, b)         the larger, lane by lane (a NaN in a is dropped: callers let NaN through exp)
+    first(v, n, f)    lanes 0 .. n - 1 of v, f in the others
+    argmax_step(b, i, z, c)  the running (largest, its index) after class c's z, torch's rule
+    hsum(v), hmax(v)  the lanes' sum or largest, as a fixed tree (the same order every call)
+    hsum4(a, b, c, d) four sums at once, the four trees sharing shuffles
+    exp(v)            e ** v lane by lane: a polynomial for float32, libm's exp for float64
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, models, register_model
+
+LANES = 8
+
+
+class Vector(types.Type):
+    """LANES lanes of a float type, held in vector registers."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+        super().__init__(name=f"Vector({dtype} x {LANES})")
+
+
+@register_model(Vector)
+class _VectorModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, ir.VectorType(dmm.lookup(fe_type.dtype).get_value_type(), LANES))
+
+
+def _indexes(a, index) -> bool:
+    # a C-contiguous float array and an integer index (1-D) or a tuple of a.ndim integers
+    if not (isinstance(a, types.Array) and a.layout == "C" and isinstance(a.dtype, types.Float)):
+        return False
+    if isinstance(index, types.Integer):
+        return a.ndim == 1
+    return isinstance(index, types.BaseTuple) and len(index) == a.ndim and \
+        all(isinstance(i, types.Integer) for i in index)
+
+
+def _lane_pointer(context, builder, array_type, array, index_type, index):
+    # a pointer to a[index] as a vector pointer; no view of a is made (views cost reference counts)
+    indices = [index] if isinstance(index_type, types.Integer) else cgutils.unpack_tuple(builder, index)
+    kinds = [index_type] if isinstance(index_type, types.Integer) else list(index_type)
+    indices = [context.cast(builder, i, kind, types.intp) for i, kind in zip(indices, kinds)]
+    array = context.make_array(array_type)(context, builder, value=array)
+    element = cgutils.get_item_pointer(context, builder, array_type, array, indices, wraparound=False)
+    return builder.bitcast(element, context.get_value_type(Vector(array_type.dtype)).as_pointer())
+
+
+@intrinsic
+def load(typingctx, a, index):
+    if not _indexes(a, index):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer = _lane_pointer(context, builder, a, args[0], index, args[1])
+        return builder.load(pointer, align=a.dtype.bitwidth // 8)
+
+    return Vector(a.dtype)(a, index), codegen
+
+
+@intrinsic
+def store(typingctx, a, index, v):
+    if not (_indexes(a, index) and v == Vector(a.dtype)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer = _lane_pointer(context, builder, a, args[0], index, args[1])
+        builder.store(args[2], pointer, align=a.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+
+    return types.none(a, index, v), codegen
+
+
+def _splat(builder, value, vector_type):
+    one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(ir.IntType(32), 0))
+    return builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
+                                  ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+
+
+@intrinsic
+def splat(typingctx, s):
+    if not isinstance(s, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _splat(builder, args[0], context.get_value_type(Vector(s)))
+
+    return Vector(s)(s), codegen
+
+
+@intrinsic
+def like(typingctx, value, example):
+    """value converted to example's float type (numba widens float32 arithmetic with integers)."""
+    if not (isinstance(value, (types.Float, types.Integer)) and isinstance(example, types.Float)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return context.cast(builder, args[0], value, example)
+
+    return example(value, example), codegen
+
+
+def _binary(name):
+    def typer(typingctx, a, b):
+        if not (isinstance(a, Vector) and a == b):
+            return None
+
+        def codegen(context, builder, signature, args):
+            return getattr(builder, name)(*args)
+
+        return a(a, b), codegen
+
+    typer.__name__ = name
+    return intrinsic(typer)
+
+
+add, sub, mul, div = _binary("fadd"), _binary("fsub"), _binary("fmul"), _binary("fdiv")
+
+
+def _larger(builder, a, b):
+    # a > b ? a : b, lane by lane: a NaN in a is dropped, as x86's maxps drops it
+    return builder.select(builder.fcmp_ordered(">", a, b), a, b)
+
+
+@intrinsic
+def max(typingctx, a, b):  # noqa: A001 (simd.max, as the other lane-by-lane operations)
+    if not (isinstance(a, Vector) and a == b):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _larger(builder, *args)
+
+    return a(a, b), codegen
+
+
+def _halves(builder, value, width):
+    index = ir.VectorType(ir.IntType(32), width // 2)
+    return (builder.shuffle_vector(value, value, ir.Constant(index, list(range(width // 2)))),
+            builder.shuffle_vector(value, value, ir.Constant(index, list(range(width // 2, width)))))
+
+
+def _tree(builder, value, combine):
+    # halves combined lane by lane until one lane is left: a fixed order
+    width = LANES
+    while width > 1:
+        value = combine(builder, *_halves(builder, value, width))
+        width //= 2
+    return builder.extract_element(value, ir.Constant(ir.IntType(32), 0))
+
+
+@intrinsic
+def hmax(typingctx, v):
+    if not isinstance(v, Vector):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _tree(builder, args[0], _larger)
+
+    return v.dtype(v), codegen
+
+
+@intrinsic
+def argmax_step(typingctx, best, index, z, c):
+    """(best, index) after class c's logits z, lane by lane: z is taken where it is larger than
+    best, or NaN where best is not (torch's argmax: the first largest, or the first NaN)."""
+    if not (isinstance(best, Vector) and best == index == z and isinstance(c, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        best_, index_, z_, c_ = args
+        larger = builder.fcmp_ordered(">", z_, best_)
+        first_nan = builder.and_(builder.fcmp_unordered("uno", z_, z_), builder.fcmp_ordered("ord", best_, best_))
+        take = builder.or_(larger, first_nan)
+        label = _splat(builder, context.cast(builder, c_, c, best.dtype), z_.type)
+        values = [builder.select(take, z_, best_), builder.select(take, label, index_)]
+        return context.make_tuple(builder, signature.return_type, values)
+
+    return types.UniTuple(best, 2)(best, index, z, c), codegen
+
+
+@intrinsic
+def first(typingctx, v, n, fill):
+    """v's lanes 0 .. n - 1, fill in the others."""
+    if not (isinstance(v, Vector) and isinstance(n, types.Integer) and fill == v.dtype):
+        return None
+
+    def codegen(context, builder, signature, args):
+        lanes = ir.VectorType(ir.IntType(64), LANES)
+        count = _splat(builder, context.cast(builder, args[1], n, types.int64), lanes)
+        kept = builder.icmp_signed("<", ir.Constant(lanes, list(range(LANES))), count)
+        return builder.select(kept, args[0], _splat(builder, args[2], args[0].type))
+
+    return v(v, n, fill), codegen
+
+
+def _vector_intrinsic(builder, name, vector_type, count):
+    lane = vector_type.element
+    suffix = f"v{LANES}f{64 if isinstance(lane, ir.DoubleType) else 32}"
+    return cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector_type, [vector_type] * count),
+                                          f"llvm.{name}.{suffix}")
+
+
+@intrinsic
+def fma(typingctx, a, b, c):
+    if not (isinstance(a, Vector) and a == b == c):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.call(_vector_intrinsic(builder, "fmuladd", args[0].type, 3), args)
+
+    return a(a, b, c), codegen
+
+
+@intrinsic
+def hsum(typingctx, v):
+    if not isinstance(v, Vector):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return _tree(builder, args[0], lambda b, low, high: b.fadd(low, high))
+
+    return v.dtype(v), codegen
+
+
+def _pick(builder, a, b, lanes):
+    return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes))
+
+
+@intrinsic
+def hsum4(typingctx, a, b, c, d):
+    """(hsum(a), hsum(b), hsum(c), hsum(d)), sharing the shuffles and additions of one tree."""
+    if not (isinstance(a, Vector) and a == b == c == d and LANES >= 4):
+        return None
+
+    def codegen(context, builder, signature, args):
+        half, quarter = LANES // 2, LANES // 4
+        low, high = list(range(half)), list(range(half, LANES))
+        # each vector's halves added, two vectors per result: [a a .. b b ..], [c c .. d d ..]
+        ab = builder.fadd(_pick(builder, args[0], args[1], low + [LANES + i for i in low]),
+                          _pick(builder, args[0], args[1], high + [LANES + i for i in high]))
+        cd = builder.fadd(_pick(builder, args[2], args[3], low + [LANES + i for i in low]),
+                          _pick(builder, args[2], args[3], high + [LANES + i for i in high]))
+        # quarters added: [a .. b .. c .. d ..], LANES / 4 partial sums each
+        even = [q * quarter + i for q in (0, 2) for i in range(quarter)]
+        odd = [q * quarter + i for q in (1, 3) for i in range(quarter)]
+        value = builder.fadd(_pick(builder, ab, cd, even + [LANES + i for i in even]),
+                             _pick(builder, ab, cd, odd + [LANES + i for i in odd]))
+        width = LANES
+        while width > 4:  # neighbours added within each group
+            value = builder.fadd(_pick(builder, value, value, list(range(0, width, 2))),
+                                 _pick(builder, value, value, list(range(1, width, 2))))
+            width //= 2
+        sums = [builder.extract_element(value, ir.Constant(ir.IntType(32), i)) for i in range(4)]
+        return context.make_tuple(builder, signature.return_type, sums)
+
+    return types.UniTuple(a.dtype, 4)(a, b, c, d), codegen
+
+
+# float32 e**x as in Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so n ln2
+# is exact), e**r by a degree-7 polynomial (about 1 ulp), 2**n built in the exponent bits.
+_EXP_LOW, _EXP_HIGH = -87.33654, 88.37626   # e**x stays a normal float32 in between
+_LOG2E, _LN2_HIGH, _LN2_LOW = 1.44269504088896341, 0.693359375, -2.12194440e-4
+_EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+
+
+def _exp_float32(builder, x):
+    vec = x.type
+    const = lambda c: ir.Constant(vec, [c] * LANES)  # noqa: E731
+    # clamped with ordered comparisons, so that NaN passes through (and makes the result NaN)
+    x = builder.select(builder.fcmp_ordered("<", x, const(_EXP_LOW)), const(_EXP_LOW), x)
+    x = builder.select(builder.fcmp_ordered(">", x, const(_EXP_HIGH)), const(_EXP_HIGH), x)
+    floor = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vec, [vec]), f"llvm.floor.v{LANES}f32")
+    n = builder.call(floor, [builder.fadd(builder.fmul(x, const(_LOG2E)), const(0.5))])
+    r = builder.fsub(builder.fsub(x, builder.fmul(n, const(_LN2_HIGH))), builder.fmul(n, const(_LN2_LOW)))
+    poly = const(_EXP_POLY[0])
+    for c in _EXP_POLY[1:]:
+        poly = builder.fadd(builder.fmul(poly, r), const(c))
+    y = builder.fadd(builder.fadd(builder.fmul(poly, builder.fmul(r, r)), r), const(1.0))
+    # 2**n: n + 127 in the exponent field. fptosi of NaN is poison, so NaN lanes take n = 0 first
+    # (their y is NaN already).
+    n = builder.select(builder.fcmp_ordered("==", n, n), n, const(0.0))
+    bits = builder.shl(builder.add(builder.fptosi(n, ir.VectorType(ir.IntType(32), LANES)),
+                                   ir.Constant(ir.VectorType(ir.IntType(32), LANES), [127] * LANES)),
+                       ir.Constant(ir.VectorType(ir.IntType(32), LANES), [23] * LANES))
+    return builder.fmul(y, builder.bitcast(bits, vec))
+
+
+@intrinsic
+def exp(typingctx, v):
+    if not isinstance(v, Vector):
+        return None
+
+    def codegen(context, builder, signature, args):
+        if v.dtype == types.float32:
+            return _exp_float32(builder, args[0])
+        return builder.call(_vector_intrinsic(builder, "exp", args[0].type, 1), args)
+
+    return v(v), codegen
