@@ -288,9 +288,10 @@ def all_device_grads(model, params, clients: Clients) -> torch.Tensor:
     return model.device_grads(params, clients.x[:-1], clients.y[:-1], clients.offsets)
 
 
-def kernel_stats(params, clients: Clients, positions=None, with_grads: bool = True):
+def kernel_stats(params, clients: Clients, positions=None, with_grads: bool = True, as_numpy: bool = False):
     """(summed loss, correct count, mean gradient or None) of the held devices at `positions` (all by
-    default), MCLR on the CPU, in one compiled pass over their rows (fedsim.kernel.device_stats)."""
+    default), MCLR on the CPU, in one compiled pass over their rows (fedsim.kernel.device_stats); the
+    gradients as a tensor, or with `as_numpy` a numpy array."""
     from . import kernel
 
     positions = np.arange(len(clients.offsets) - 1) if positions is None else positions
@@ -299,7 +300,8 @@ def kernel_stats(params, clients: Clients, positions=None, with_grads: bool = Tr
     if sums is None:
         return loss, correct, None
     counts = np.maximum(stops - starts, 1).astype(sums.dtype)
-    return loss, correct, torch.from_numpy(sums / counts[:, None, None])
+    means = sums / counts[:, None, None]
+    return loss, correct, (means if as_numpy else torch.from_numpy(means))
 
 
 def kernel_fits(model, params) -> bool:

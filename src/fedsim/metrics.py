@@ -40,24 +40,27 @@ def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict
         (train_loss, train_acc), (test_loss, test_acc) = model.stats(params, x, y), \
             model.stats(params, test.x[:-1], test.y[:-1])
         grads = model.device_grads(params, x, y, train.offsets)  # approximate: see fedsim.lstm
-    elif kernel_fits(model, params):  # MCLR on the CPU: one compiled pass per split
-        train_stats, test_stats = kernel_stats(params, train), kernel_stats(params, test, with_grads=False)
+    elif kernel_fits(model, params):  # MCLR on the CPU: one compiled pass per split, then numpy
+        train_stats, test_stats = kernel_stats(params, train, as_numpy=True), kernel_stats(params, test, with_grads=False)
         train_loss, train_acc = _mean_stats(train_stats, len(y))
         test_loss, test_acc = _mean_stats(test_stats, len(test.y) - 1)
-        grads = train_stats[2].flatten(1)
+        grads = train_stats[2].reshape(len(train_stats[2]), -1)  # torch's per-op cost was 10x numpy's here
+        return {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
+                **_dissimilarities(grads, (train.sizes / train.sizes.sum()).astype(grads.dtype))}
     else:
         logits = model.logits(params, x)  # shared by the training loss and the local gradients
         train_loss, train_acc = _loss_and_accuracy(logits, y)
         test_loss, test_acc = _loss_and_accuracy(model.logits(params, test.x[:-1]), test.y[:-1])
         grads = model.device_grads(params, x, y, train.offsets, logits=logits).flatten(1)
     p = torch.from_numpy(train.sizes / train.sizes.sum()).to(grads)
+    return {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
+            **_dissimilarities(grads, p)}
+
+
+def _dissimilarities(grads, p) -> dict[str, float]:
+    """The two dissimilarities of local gradients grads (devices, weights) with weights p (devices,),
+    numpy arrays or torch tensors alike."""
     global_grad = p @ grads
-    global_sq = global_grad.square().sum()
-    return {
-        "train_loss": train_loss,
-        "train_acc": train_acc,
-        "test_loss": test_loss,
-        "test_acc": test_acc,
-        "grad_dissimilarity": (grads - global_grad).square().sum(1).mean().item(),
-        "b_dissimilarity": (p @ grads.square().sum(1) / global_sq).item() if global_sq > 0 else float("nan"),
-    }
+    global_sq = float((global_grad ** 2).sum())
+    return {"grad_dissimilarity": float(((grads - global_grad) ** 2).sum(1).mean()),
+            "b_dissimilarity": float(p @ (grads ** 2).sum(1)) / global_sq if global_sq > 0 else float("nan")}
