@@ -105,21 +105,6 @@ def test_auto_engine_is_the_kernel_for_mclr_on_the_cpu(monkeypatch):
     assert calls == ["kernel", "batched"]
 
 
-@pytest.mark.parametrize("shape", [(1, 1, 4), (9, 3, 4), (10, 20, 10), (95, 7, 10), (1234, 2, 50)])
-def test_batch_plan_keeps_its_random_stream(shape):
-    """The plan is one rng.permutation(size) per epoch from the (seed, round, device) generator, in
-    order: the stream every run's results depend on, pinned against the plain per-epoch loop."""
-    size, epochs, batch_size = shape
-    settings = SGDSettings(lr=0.1, epochs=epochs, batch_size=batch_size, seed=3)
-    rng = np.random.default_rng([3, 5, 2, engine.SHUFFLE_STREAM])
-    per_epoch = -(-size // batch_size)
-    expected = np.full((epochs, per_epoch * batch_size), -1, dtype=np.int64)
-    for epoch in range(epochs):
-        expected[epoch, :size] = rng.permutation(size)
-    np.testing.assert_array_equal(batch_plan(size, settings, round_=5, device=2),
-                                  expected.reshape(-1, batch_size))
-
-
 def _torch_only(monkeypatch):
     """Route metrics and gradients through torch (the reference) instead of the compiled kernel."""
     from fedsim import metrics

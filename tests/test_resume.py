@@ -119,6 +119,27 @@ def test_checkpoint_of_other_settings_is_ignored(data, tmp_path):
     assert resumed == reference
 
 
+@pytest.mark.parametrize("stream", [None, "numpy-pcg64"])  # None: saved before checkpoints named theirs
+def test_checkpoint_of_another_shuffle_stream_is_ignored(data, tmp_path, stream):
+    """A state saved under other mini-batch draws would continue with different ones: start over."""
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt")
+    params = torch.zeros(11, 4)
+    checkpoint.save(config(data), 10, params, run(config(data, rounds=9))[0].to_dict("records"), {})
+    saved = torch.load(checkpoint.path, weights_only=True)
+    assert saved["shuffle_stream"] == record_stream(data, tmp_path)
+    del saved["shuffle_stream"]
+    if stream is not None:
+        saved["shuffle_stream"] = stream
+    torch.save(saved, checkpoint.path)
+    with pytest.warns(UserWarning, match="another mini-batch stream"):
+        assert checkpoint.load(config(data), params, {}) is None
+
+
+def record_stream(data, folder):
+    """The stream a run of these settings records (run.json's shuffle_stream)."""
+    return metrics_bytes(config(data, rounds=1), folder / "stream")[1]["shuffle_stream"]
+
+
 def test_the_fingerprint_holds_every_setting_but_how_the_data_is_read(data):
     """A checkpoint resumes a run with the same result and numerics settings; threads and load
     change no bit (fedsim.settings: EXECUTION). The text is the one checkpoints have held since

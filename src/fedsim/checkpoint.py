@@ -15,6 +15,7 @@ from pathlib import Path
 
 import torch
 
+from . import shuffle
 from .atomic import atomic_path
 from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, fingerprint
 
@@ -28,7 +29,8 @@ class Checkpoint:
     as SCAFFOLD's control variates; the authors' shuffle: each device's epoch count; with
     `theory`, the power iteration's start) are the whole state: a resumed run ends
     bit-identical to one never interrupted. The file is written atomically; one that cannot
-    be read, or belongs to other settings, is ignored with a warning.
+    be read, or belongs to other settings or another mini-batch stream (fedsim.shuffle), is
+    ignored with a warning.
     """
 
     path: Path
@@ -42,8 +44,8 @@ class Checkpoint:
 
     def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict],
              state: dict[str, torch.Tensor]) -> None:
-        saved = {"settings": _fingerprint(config), "round": round_, "params": params.cpu(), "rows": rows,
-                 "state": {k: v.cpu() for k, v in state.items()}}
+        saved = {"settings": _fingerprint(config), "shuffle_stream": shuffle.stream_of(config.rng), "round": round_,
+                 "params": params.cpu(), "rows": rows, "state": {k: v.cpu() for k, v in state.items()}}
         with atomic_path(self.path) as tmp:
             torch.save(saved, tmp)
         self._last = time.monotonic()
@@ -58,6 +60,8 @@ class Checkpoint:
             round_, values, rows, extra = saved["round"], saved["params"], saved["rows"], saved["state"]
             if saved["settings"] != _fingerprint(config):
                 raise ValueError("it was saved by a run with other settings")
+            if saved.get("shuffle_stream") != shuffle.stream_of(config.rng):  # none: before streams were named
+                raise ValueError("it was saved by a run with another mini-batch stream")
             if values.shape != params.shape or len(rows) != round_ or not 0 < round_ <= config.rounds \
                     or {k: v.shape for k, v in extra.items()} != {k: v.shape for k, v in state.items()}:
                 raise ValueError("its contents are inconsistent")

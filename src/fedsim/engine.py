@@ -33,11 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from . import authors
+from . import authors, shuffle
 from .methods import LocalProblem
 from .steps import local_steps as _local_steps
 
-SHUFFLE_STREAM = 1  # keeps the shuffling seeds apart from the selection seeds
 CHUNK_ROWS = 1 << 16  # samples gathered per precomputed chunk: bounds its memory for large K
 
 
@@ -126,31 +125,21 @@ def local_samples(sizes: np.ndarray, settings: SGDSettings, steps: int | None = 
 def batch_plan(size: int, settings: SGDSettings, round_: int, device: int, steps: int | None = None) -> np.ndarray:
     """Local row indices of every mini-batch, (steps, batch_size), padded with -1.
 
-    Each epoch visits the device's samples in a fresh seeded order (`shuffle: authors`: the
-    authors' compounding in-place shuffle instead); the last batch of an epoch holds the
-    remainder (as in the reference code, which never drops samples). `steps`: that many steps
-    instead of E epochs (Scaffnew's random local work): the first batches of as many epochs as
-    they need.
+    Each epoch visits the device's samples in a fresh order keyed by (seed, round, device, epoch)
+    (fedsim.shuffle; `shuffle: authors`: the authors' compounding in-place shuffle instead); the
+    last batch of an epoch holds the remainder (as in the reference code, which never drops
+    samples). `steps`: that many steps instead of E epochs (Scaffnew's random local work): the
+    first batches of as many epochs as they need. The rows _stacked_plans writes for the device.
     """
-    if steps is not None:
-        per_epoch = -(-size // settings.batch_size)
-        return batch_plan(size, dataclasses.replace(settings, epochs=-(-steps // per_epoch)), round_, device)[:steps]
-    if settings.shuffle == "authors":
-        return authors.batch_plan(size, settings.batch_size, settings.epochs, int(settings.epochs_done[device]))
     per_epoch = -(-size // settings.batch_size)
-    plan = np.full((settings.epochs * per_epoch, settings.batch_size), -1, dtype=np.int64)
-    _plan_into(plan, size, settings, round_, device, 0)
-    return plan
-
-
-def _plan_into(out: np.ndarray, size: int, settings: SGDSettings, round_: int, device: int, start: int) -> None:
-    """Write batch_plan's real slots, plus `start`, into `out` (its shape, padding slots already set)."""
-    rng = np.random.default_rng([settings.seed, round_, device, SHUFFLE_STREAM])
-    # Row e is rng.permutation(size) drawn at epoch e: permuted shuffles the rows in order with the
-    # same draws (the same stream, tested), in one call instead of E.
-    order = rng.permuted(np.broadcast_to(np.arange(start, start + size, dtype=np.int64), (settings.epochs, size)),
-                         axis=1)
-    out.reshape(settings.epochs, -1)[:, :size] = order
+    if settings.shuffle == "authors":
+        if steps is not None:
+            longer = dataclasses.replace(settings, epochs=-(-steps // per_epoch))
+            return batch_plan(size, longer, round_, device)[:steps]
+        return authors.batch_plan(size, settings.batch_size, settings.epochs, int(settings.epochs_done[device]))
+    one = np.array([0, size], dtype=np.int64)  # offsets of a lone device whose rows count from 0
+    return shuffle.stacked_plans(one, one[:1], np.array([device]), settings.epochs, steps, settings.batch_size,
+                                 settings.seed, round_, -1)[0]
 
 
 def local_sgd_loop(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
@@ -315,34 +304,26 @@ def _stacked_plans(clients: Clients, devices, settings, round_, fixed_steps: int
     Returns rows (total steps, B) with device order[j]'s steps at first[j]:first[j] + steps[j].
     One flat array rather than a (max steps, K, B) box: one long device next to K = 1000
     short ones would make the box mostly padding. `fixed_steps`: that many steps each (batch_plan).
+    fedsim's shuffle writes all of them in one compiled call (fedsim.shuffle).
     """
+    devices = np.asarray(devices, dtype=np.int64)
     pos = clients.locate(devices)
+    if settings.shuffle == "authors":
+        return _authors_plans(clients, pos, devices, settings, round_, fixed_steps)
+    return shuffle.stacked_plans(clients.offsets, pos, devices, settings.epochs, fixed_steps, settings.batch_size,
+                                 settings.seed, round_, clients.sentinel)
+
+
+def _authors_plans(clients: Clients, pos, devices, settings, round_, fixed_steps):
+    """_stacked_plans under `shuffle: authors`: each device's plan from batch_plan, stacked."""
     sizes = clients.sizes[pos]
-    if fixed_steps is not None:
-        plans = [batch_plan(int(n), settings, round_, int(d), fixed_steps) for n, d in zip(sizes, devices)]
-        steps = np.full(len(devices), fixed_steps, dtype=np.int64)
-        order = np.arange(len(devices))
-        first = np.arange(len(devices), dtype=np.int64) * fixed_steps
-        local = np.concatenate(plans) if plans else np.empty((0, settings.batch_size), dtype=np.int64)
-        start = np.repeat(clients.offsets[pos], fixed_steps)[:, None]
-        return np.where(local >= 0, local + start, clients.sentinel), first, steps, order
-    if settings.shuffle == "authors":
-        plans = [batch_plan(int(n), settings, round_, int(d)) for n, d in zip(sizes, devices)]
-        steps = np.array([len(p) for p in plans], dtype=np.int64)
-    else:
-        steps = local_steps(sizes, settings)
+    plans = [batch_plan(int(n), settings, round_, int(d), fixed_steps) for n, d in zip(sizes, devices)]
+    steps = np.array([len(p) for p in plans], dtype=np.int64)
     order = np.argsort(-steps, kind="stable")
-    first = np.concatenate([[0], np.cumsum(steps[order])[:-1]]).astype(np.int64)
-    if settings.shuffle == "authors":
-        local = np.concatenate([plans[j] for j in order])
-        start = np.repeat(clients.offsets[pos[order]], steps[order])[:, None]
-        rows = np.where(local >= 0, local + start, clients.sentinel)
-    else:  # written in place: one array, no per-device plans to concatenate
-        rows = np.full((int(steps.sum()), settings.batch_size), clients.sentinel, dtype=np.int64)
-        for j, f in zip(order, first):
-            _plan_into(rows[f:f + steps[j]], int(sizes[j]), settings, round_, int(devices[j]),
-                       int(clients.offsets[pos[j]]))
-    return rows, first, steps[order], order
+    first = np.cumsum(steps[order]) - steps[order]
+    local = np.concatenate([plans[j] for j in order]) if plans else np.empty((0, settings.batch_size), np.int64)
+    start = np.repeat(clients.offsets[pos[order]], steps[order])[:, None]
+    return np.where(local >= 0, local + start, clients.sentinel), first, steps[order], order
 
 
 def _chunk_inputs(clients: Clients, index: np.ndarray, num_classes: int, buffers: torch.Tensor):

@@ -49,7 +49,7 @@ import torch
 from . import __version__
 from .checkpoint import Checkpoint
 from .data import FederatedDataset
-from . import authors
+from . import authors, shuffle
 from .engine import ENGINES, Clients, SGDSettings, device_grads, local_samples, local_steps
 from .methods import ENTRIES, RoundContext, get_method, traffic, variant_of
 from .metrics import COLUMNS, evaluate
@@ -221,6 +221,8 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
         "dataset": dataset_record,
         "data_access": data.record(),
         "init": _init_record(config),
+        # which mini-batch stream drew the plans: fedsim's (fedsim.shuffle) or the authors'
+        "shuffle_stream": shuffle.stream_of(config.rng),
         "fedsim_version": __version__,
         "torch_version": torch.__version__,
         "result": {

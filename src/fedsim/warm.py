@@ -51,7 +51,9 @@ IDLE_SECONDS = 60.0
 START_TIMEOUT = 120.0     # seconds to wait for a new server's imports (a cold page cache is slow)
 MAX_SOCKET_PATH = 100     # bytes; AF_UNIX allows 104-108 depending on the system
 PRELOAD = ("torch", "numpy", "pandas", "h5py", "fedsim.cli", "fedsim.train", "fedsim.summary",
-           "fedsim.figures", "fedsim.leaf", "fedsim.leaf.stats", "fedsim.synthetic", "fedsim.kernel")
+           "fedsim.figures", "fedsim.leaf", "fedsim.leaf.stats", "fedsim.synthetic", "fedsim.kernel",
+           "fedsim.shuffle")
+COMPILED = ("fedsim.kernel", "fedsim.shuffle")  # preloaded modules whose warm_up() compiles their numba code
 # Read once at import by torch and the BLAS libraries: a job with other values gets another server.
 IMPORT_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 BATCH_JOB_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "_CONDOR_JOB_AD", "FLUX_JOB_ID",
@@ -212,7 +214,8 @@ def serve(path: Path, idle_seconds: float) -> None:
     try:
         for name in PRELOAD:
             __import__(name)
-        sys.modules["fedsim.kernel"].warm_up()  # compiled code, inherited by every job
+        for name in COMPILED:
+            sys.modules[name].warm_up()  # compiled code, inherited by every job
         _accept_jobs(listener, lock, idle_seconds)
     finally:
         path.unlink(missing_ok=True)
