@@ -482,26 +482,28 @@ def _fletcher32_mismatches(chunks, nbytes, bad):
 
 
 def _check_and_unpack(chunks, count, nbytes, first, usable, slot, src, dst, length, p0, p1, out_rows, row_bytes):
-    """Chunks first..first + count - 1 (their stored bytes in chunks[:count]): usable[c] stays true
-    where it was (fetched whole) and the checksum is right; then each piece p in p0..p1 - 1 of a
-    usable chunk is copied, its length[p] rows one by one (row i: out_rows[dst[p] + i, :row_bytes] =
-    chunks[slot[p] - first, src[p] + i row_bytes:][:row_bytes]), so that the rows may be padded."""
+    """Chunks first..first + count - 1 (their stored bytes in chunks[:count]), and the pieces p0..p1 - 1
+    of rows they hold (slot[p]: the piece's chunk, non-decreasing): usable[c] stays true where it was
+    (fetched whole) and the checksum is right, and then chunk c's pieces are copied at once, while
+    its bytes are still in the core's cache; piece p's length[p] rows one by one (row i:
+    out_rows[dst[p] + i, :row_bytes] = chunks[slot[p] - first, src[p] + i row_bytes:][:row_bytes]),
+    so that the rows may be padded."""
+    packed = out_rows.shape[1] == row_bytes  # rows back to back: a piece is one run of bytes
+    flat = out_rows.reshape(-1)
+    p = p0
     for c in range(count):
         if usable[first + c] and not _fletcher32_ok_compiled(chunks[c], nbytes):
             usable[first + c] = False
-    packed = out_rows.shape[1] == row_bytes  # rows back to back: a piece is one run of bytes
-    flat = out_rows.reshape(-1)
-    for p in range(p0, p1):
-        c = slot[p]
-        if not usable[c]:
-            continue
-        if packed:
-            _copy(flat[dst[p] * row_bytes:(dst[p] + length[p]) * row_bytes], chunks[c - first, src[p]:])
-            continue
-        at = src[p]
-        for r in range(dst[p], dst[p] + length[p]):
-            _copy(out_rows[r, :row_bytes], chunks[c - first, at:at + row_bytes])
-            at += row_bytes
+        while p < p1 and slot[p] == first + c:
+            if usable[first + c]:
+                if packed:
+                    _copy(flat[dst[p] * row_bytes:(dst[p] + length[p]) * row_bytes], chunks[c, src[p]:])
+                else:
+                    at = src[p]
+                    for r in range(dst[p], dst[p] + length[p]):
+                        _copy(out_rows[r, :row_bytes], chunks[c, at:at + row_bytes])
+                        at += row_bytes
+            p += 1
 
 
 def _copy(to, of):
