@@ -12,9 +12,9 @@ printed: seconds per round (training with its reads, plus the evaluation that fo
 mean over rounds after the first), the reading part of that and its share of the round, split
 into the file read (FederatedDataset.load: for MCLR on the CPU it writes the rows straight into the
 model's padded input buffer) and the rest of train.RunData.load (that buffer's bias and sentinel
-entries, and the page faults of rows no earlier round reached), the checksums' part of the file read, the evaluation part, the checks made
-once at open, the bytes read from disk (not served by the page cache), and this process's peak
-resident memory (RSS). Every part is the mean over the same rounds as the seconds per round.
+entries, and the page faults of rows no earlier round reached), the checksums' part of the file
+read, the evaluation part, the checks made once at open, the bytes read from disk (not served by
+the page cache), and this process's peak resident memory (RSS). Every part is the mean over the same rounds as the seconds per round.
 Before the runs, the rows they will read are read once, so that they find them in the page cache
 (this machine's page cache keeps neither all of the 11 GB file nor always all of the 1 GB one).
 

@@ -178,9 +178,10 @@ class InputPool:
     """The per-round input buffers, reused from round to round once no Clients refers to them.
 
     The training loop lets go of round t-1's Clients before it reads round t's, so one buffer serves
-    every round; a second is kept for a caller that holds on to the last round's. Fresh memory for a round's ~100 MB costs
-    page faults comparable to the read itself; reused memory costs none. The evaluation sample's
-    buffers, which live for the whole run, never come from here.
+    every round; a second is kept for a caller that holds on to the last round's. A round's ~100 MB
+    of fresh memory costs page faults on this project's (virtual) machine, as much as the read
+    itself; reused memory costs none. The evaluation sample's buffers, which live for the whole
+    run, never come from here.
     """
 
     KEEP = 2
@@ -248,9 +249,10 @@ class RunData:
 
     def load_padded(self, split: str, devices: np.ndarray | None, reuse: bool) -> Clients:
         """load() for MCLR on the CPU: the rows in an InputBuffer, where the compiled kernel reads
-        them (Clients.kernel_x); the model's x is a view of its first features + 1 columns (rows
-        apart by the padded width: torch's ops gather or multiply them as they would contiguous
-        rows). The file read writes the features there itself when the dtypes agree: one copy."""
+        them (Clients.kernel_x); the model's x is a view of its first features + 1 columns, rows
+        apart by the padded width (gathers from it are exact; a product over all of it can round
+        differently, see Clients.kernel_x). The file read writes the features there itself when the
+        dtypes agree: one copy."""
         sizes = self.sizes if split == "train" else self.dataset.test_sizes
         n = int(sizes.sum() if devices is None else sizes[devices].sum())
         features = self.width - 1
@@ -412,7 +414,7 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         if config.rng == "authors":
             settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
         gradient_devices, solvers = round_devices(config, method.gradients, t, data.sizes)
-        train = ctx = None  # the last round's rows, let go first: their memory can take this round's (InputPool)
+        train = ctx = None  # let go of the last round's rows first: their memory takes this round's (InputPool)
         train = data.round_train(np.concatenate([gradient_devices, solvers]))
         ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
                            device_grads=device_grads_at(params, train), weights=weights, model=model,
