@@ -10,10 +10,11 @@ dataset) or in a temporary directory. Then one run trains with load=stream (each
 K devices from the file) and computes the metrics on a seeded sample of --eval-devices devices;
 printed: seconds per round (training with its reads, plus the evaluation that follows it; the
 mean over rounds after the first), the reading part of that and its share of the round, split
-into the file read (FederatedDataset.load) and the copy into the model's input tensor (the rest of
-train.RunData.load), the checksums' part of the file read, the evaluation part, the checks made
-once at open, the bytes read from disk (not served by the page cache), and this process's peak
-resident memory (RSS). Every part is the mean over the same rounds as the seconds per round.
+into the file read (FederatedDataset.load: for MCLR on the CPU it writes the rows straight into the
+model's padded input buffer) and the rest of train.RunData.load (that buffer's bias and sentinel
+entries, and the page faults of rows no earlier round reached), the checksums' part of the file
+read, the evaluation part, the checks made once at open, the bytes read from disk (not served by
+the page cache), and this process's peak resident memory (RSS). Every part is the mean over the same rounds as the seconds per round.
 Before the runs, the rows they will read are read once, so that they find them in the page cache
 (this machine's page cache keeps neither all of the 11 GB file nor always all of the 1 GB one).
 
@@ -218,8 +219,8 @@ def report(m: dict, label: str, raw_chunks: bool) -> None:
         print(f"      checksums     {m['checksums']:7.3f}   = {100 * m['checksums'] / m['reading']:.0f} % of the reading: "
               f"Fletcher-32 over the {m['chunk_bytes'] / 1e6:.0f} MB of whole chunks a round fetches "
               f"(fetching them: {m['replay_fetch']:.3f} s; both replayed after the run)")
-    print(f"    model inputs    {m['reading'] - m['file']:7.3f}   the rest of train.RunData.load (rows copied "
-          f"into the input tensor)")
+    print(f"    model inputs    {m['reading'] - m['file']:7.3f}   the rest of train.RunData.load (the input "
+          f"buffer's bias and sentinel; fresh rows' page faults)")
     print(f"  evaluation        {m['evaluation']:7.3f}")
     print(f"  read from disk    {m['disk'] / 1e6:7.1f} MB a round (0: every read served by the page cache)")
 

@@ -422,3 +422,31 @@ def test_format_1_files_without_checksums_still_open(tmp_path):
                 g.create_dataset(f"{split}/{name}", data=f[f"{split}/{name}"][:])  # contiguous, unchecked
     with FederatedDataset(tmp_path / "v1.h5") as ds:
         np.testing.assert_array_equal(ds.load("train").y, data["train_y"])
+
+
+@pytest.mark.parametrize("raw_chunks", [True, False])  # False: every read through h5py
+@pytest.mark.parametrize("unfetchable", [False, True])  # True: two chunks come through HDF5 instead
+def test_load_into_padded_rows_writes_the_rows_and_nothing_else(tmp_path, monkeypatch, raw_chunks, unfetchable):
+    """x_into: each row lands in the first columns of a wider row (a model input's padded layout),
+    the other columns and the rows past the read untouched, whatever path the chunks take; y_into
+    receives the labels. The same rows as a plain load, bit for bit."""
+    data, path = toy(sizes=(4, 3, 5, 2, 6, 3), test_sizes=(1,) * 6, d=7), tmp_path / "toy.h5"
+    write(path, data, chunk_rows=2)
+    monkeypatch.setattr(FederatedDataset, "raw_chunks", raw_chunks)
+    with FederatedDataset(path) as ds:
+        ds.load("train", [0])
+        if unfetchable and raw_chunks:
+            ds._chunks["/train/x"].address[[1, 4]] = -1  # rows 2-3 and 8-9
+        for wanted in ([0, 2, 5], [4, 1, 2], [5, 5, 0], None):
+            x, y = rows(data, "train", range(6) if wanted is None else wanted)
+            padded, labels = np.full((30, 16), 7.0, np.float32), np.full(30, -5)
+            got = ds.load("train", wanted, x_into=padded, y_into=labels)
+            np.testing.assert_array_equal(got.x, x)
+            np.testing.assert_array_equal(padded[:len(x), :7], x)
+            assert (padded[:, 7:] == 7).all() and (padded[len(x):] == 7).all()
+            np.testing.assert_array_equal(labels[:len(y)], y)
+            assert (labels[len(y):] == -5).all() and np.shares_memory(got.x, padded)
+        with pytest.raises(ValueError, match="x_into"):
+            ds.load("train", [0], x_into=np.zeros((30, 6), np.float32))  # narrower than a row
+        with pytest.raises(ValueError, match="x_into"):
+            ds.load("train", [0], x_into=np.zeros((30, 16), np.float64))  # another dtype

@@ -103,3 +103,56 @@ def test_scale_benchmark_predicts_the_dataset_it_generates(tmp_path):
         sizes = dataset.train_sizes + dataset.test_sizes
     assert (samples, largest) == (int(sizes.sum()), int(sizes.max()))
     assert size == samples * (4 * 7 + 8) + 64 * 40
+
+
+def kernel_layout(path, split, devices):
+    """What a round's inputs must hold, made as before InputBuffer: the rows with their bias input 1,
+    the zero sentinel row, then kernel.padded's zero columns; and the labels with the sentinel's 0."""
+    from fedsim import kernel
+    from fedsim.models import MCLR
+
+    part = read_dataset(path, split, devices)
+    x = MCLR.prepare_inputs(torch.from_numpy(part.x))
+    x = torch.cat([x, torch.zeros(1, x.shape[1], dtype=x.dtype)])
+    return kernel.padded(x.numpy()), np.append(part.y, 0)
+
+
+def test_round_inputs_reuse_memory_once_let_go_and_never_the_evaluation_samples(data):
+    """A round's rows are written into memory an earlier round had, once nothing refers to it: never
+    into a round still held, nor into the evaluation sample's, which the whole run reads. Rounds that
+    shrink and grow again leave no stale sentinel row or bias behind."""
+    with FederatedDataset(data) as dataset:
+        run_data = train_module.RunData(config(data, load="stream", eval_devices=5), dataset)
+        evaluation = [(c, c.kernel_x.copy(), c.y.clone()) for c in (run_data.eval_train, run_data.eval_test)]
+        everyone = list(range(12))
+        held = run_data.load("train", everyone, reuse=True)
+        kept = held.kernel_x.copy()
+        other = run_data.load("train", [5], reuse=True)  # while `held` is referred to: other memory
+        assert not np.shares_memory(other.kernel_x, held.kernel_x)
+        np.testing.assert_array_equal(held.kernel_x, kept)
+        del held, other
+        addresses = []
+        for devices in ([3, 7], everyone, [5], [0, 11], everyone, [2]):
+            clients = run_data.load("train", devices, reuse=True)
+            want_x, want_y = kernel_layout(data, "train", devices)
+            np.testing.assert_array_equal(clients.kernel_x, want_x)
+            np.testing.assert_array_equal(clients.x.numpy(), want_x[:, :clients.x.shape[1]])
+            assert clients.x.shape[1] == 11 and clients.sentinel == len(want_y) - 1
+            np.testing.assert_array_equal(clients.y.numpy(), want_y)
+            addresses.append(clients.kernel_x.__array_interface__["data"][0])
+            del clients  # let go: the next round may take its memory
+        assert len(set(addresses)) == 1  # one buffer served every round
+        for clients, x, y in evaluation:
+            np.testing.assert_array_equal(clients.kernel_x, x)
+            assert torch.equal(clients.y, y)
+            assert not any(np.shares_memory(clients.kernel_x, b.x) for b in run_data.round_inputs.buffers)
+
+
+@pytest.mark.parametrize("settings", [{}, {"dtype": "float64", "theory": True, "method": "fedprox"}])
+def test_streamed_rounds_in_reused_memory_give_the_in_memory_run(data, settings):
+    """Many rounds read into reused memory, metrics on a sample: the same run, bit for bit, as holding
+    the train split (float64: the rows converted on their way into the padded layout)."""
+    many = dict(rounds=8, clients_per_round=3, eval_devices=6, **settings)
+    memory, _ = run(config(data, load="memory", **many))
+    stream, _ = run(config(data, load="stream", **many))
+    pd.testing.assert_frame_equal(memory, stream, check_exact=True)

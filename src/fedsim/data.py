@@ -197,6 +197,7 @@ class FederatedDataset:
             self.clients = self._f["clients"].asstr()[:].tolist()
             self._offsets = {s: self._f[f"{s}/offsets"][:] for s in SPLITS}
             self.feature_shape = self._f["train/x"].shape[1:]
+            self.x_dtypes = {s: self._f[f"{s}/x"].dtype for s in SPLITS}  # as stored (load's x_into takes it)
             self._check()
         except (KeyError, OSError) as err:  # a missing array or attribute, an unreadable block
             self._f.close()
@@ -246,8 +247,15 @@ class FederatedDataset:
             labels[start:start + len(block)] = block
         self._labels[split] = labels
 
-    def load(self, split, devices=None):
-        """Rows of `devices` (default: all) from `split`, reading nothing of the other devices."""
+    def load(self, split, devices=None, x_into=None, y_into=None):
+        """Rows of `devices` (default: all) from `split`, reading nothing of the other devices.
+
+        `x_into` (optional): a C-contiguous 2-D array of x's dtype, with at least as many rows as are
+        read and at least a row's feature count of columns; each row is written into the first
+        columns of a row of it, the others left as they are (a model input's padded layout, filled
+        by the read itself: no second copy). `y_into` (optional): a 1-D integer array, at least as
+        long, for the labels. The DeviceData returned then holds views of them.
+        """
         if split not in SPLITS:
             raise ValueError(f"split: expected one of {SPLITS}, got {split!r}")
         whole = devices is None
@@ -256,13 +264,20 @@ class FederatedDataset:
         starts, stops = offsets[devices], offsets[devices + 1]
         out = np.concatenate([[0], np.cumsum(stops - starts)])
         xd, yd = self._f[f"{split}/x"], self._f[f"{split}/y"]
-        if whole:  # a whole split (load: memory) is read once: its memory is not kept
-            x, y = np.empty((out[-1], *xd.shape[1:]), xd.dtype), np.empty(out[-1], yd.dtype)
+        if x_into is not None:
+            x = _rows_of(x_into, out[-1], xd)
+        elif whole:  # a whole split (load: memory) is read once: its memory is not kept
+            x = np.empty((out[-1], *xd.shape[1:]), xd.dtype)
         else:
             x = self._output((split, "x"), (out[-1], *xd.shape[1:]), xd.dtype)
+        if y_into is not None:
+            y = _labels_of(y_into, out[-1])
+        elif whole:
+            y = np.empty(out[-1], yd.dtype)
+        else:
             y = self._output((split, "y"), (out[-1],), yd.dtype)
         try:
-            self._read(split, xd, yd, devices, starts, stops, out, x, y)
+            self._read(split, xd, yd, devices, starts, stops, out, x, y, x_into)
         except OSError as err:  # a chunk's checksum (or another filter) failed: the file is damaged
             raise ValueError(f"{self.path}: {split} data cannot be read back intact ({err}); "
                              "the file is damaged: rebuild it") from None
@@ -282,18 +297,28 @@ class FederatedDataset:
 
     raw_chunks = True  # False: every read through h5py (the reference; benchmarks/scale.py --compare)
 
-    def _read(self, split, xd, yd, devices, starts, stops, out, x, y) -> None:
+    def _read(self, split, xd, yd, devices, starts, stops, out, x, y, x_into=None) -> None:
+        """Fill x and y; x's rows lie in x_into's (padded) rows where it is given, else x is contiguous."""
         if self.raw_chunks and _raw_chunk_layout(xd):
             if xd.name not in self._chunks:
                 self._chunks[xd.name] = _ChunkSource(xd)
-            _read_raw_chunks(self._chunks[xd.name], devices, starts, stops, out, x)
-        else:
+            _read_raw_chunks(self._chunks[xd.name], devices, starts, stops, out, x,
+                             _byte_rows(x if x_into is None else x_into))
+        elif x_into is None:
             _read_hdf5(xd, devices, starts, stops, out, x)
+        else:  # h5py reads into contiguous memory only
+            stage = np.empty(x.shape, x.dtype)
+            _read_hdf5(xd, devices, starts, stops, out, stage)
+            x[...] = stage
         if self.raw_chunks:  # the labels checked at open (checksums and range), not read again
             rows = np.repeat(starts - out[:-1], stops - starts) + np.arange(out[-1])
             y[:] = self._labels[split][rows]
-        else:
+        elif y.flags.c_contiguous and y.dtype == yd.dtype:
             _read_hdf5(yd, devices, starts, stops, out, y)
+        else:
+            stage = np.empty(y.shape, yd.dtype)
+            _read_hdf5(yd, devices, starts, stops, out, stage)
+            y[...] = stage
 
     def _output(self, role, shape, dtype) -> np.ndarray:
         """A new C-contiguous array for load() to fill: in the memory of the previous one of the same
@@ -325,6 +350,30 @@ class FederatedDataset:
 
     def __exit__(self, *exc):
         self.close()
+
+
+def _rows_of(into, rows, xd) -> np.ndarray:
+    """The first `rows` rows of `into` (see load's x_into), as rows of xd's shape: a view whose rows
+    lie where into's do."""
+    features = int(np.prod(xd.shape[1:], dtype=np.int64))
+    if not (isinstance(into, np.ndarray) and into.ndim == 2 and into.flags.c_contiguous and into.dtype == xd.dtype
+            and len(into) >= rows and into.shape[1] >= features):
+        raise ValueError(f"x_into: expected a C-contiguous 2-D {xd.dtype} array of at least {rows} rows x "
+                         f"{features} columns, got {getattr(into, 'dtype', type(into).__name__)} "
+                         f"{getattr(into, 'shape', '')}")
+    return into[:rows, :features].reshape(rows, *xd.shape[1:])
+
+
+def _labels_of(into, rows) -> np.ndarray:
+    if not (isinstance(into, np.ndarray) and into.ndim == 1 and into.dtype.kind in "iu" and len(into) >= rows):
+        raise ValueError(f"y_into: expected a 1-D integer array of at least {rows} entries")
+    return into[:rows]
+
+
+def _byte_rows(rows: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's memory as (its rows, bytes a row) uint8: where the compiled unpack
+    writes row i (its first bytes; the rest of a padded row is left alone)."""
+    return rows.reshape(len(rows), int(np.prod(rows.shape[1:], dtype=np.int64))).view(np.uint8)
 
 
 def _read_hdf5(dset, devices, starts, stops, out, dst) -> None:
@@ -432,31 +481,47 @@ def _fletcher32_mismatches(chunks, nbytes, bad):
         bad[c] = not _fletcher32_ok_compiled(chunks[c], nbytes)
 
 
-def _check_and_unpack(chunks, count, nbytes, first, usable, slot, src, dst, length, p0, p1, flat):
-    """Chunks first..first + count - 1 (their stored bytes in chunks[:count]): usable[c] stays true
-    where it was (fetched whole) and the checksum is right; then each piece p in p0..p1 - 1 of a
-    usable chunk is copied: flat[dst[p]:][:length[p]] = chunks[slot[p] - first, src[p]:][:length[p]]."""
+def _check_and_unpack(chunks, count, nbytes, first, usable, slot, src, dst, length, p0, p1, out_rows, row_bytes):
+    """Chunks first..first + count - 1 (their stored bytes in chunks[:count]), and the pieces p0..p1 - 1
+    of rows they hold (slot[p]: the piece's chunk, non-decreasing): usable[c] stays true where it was
+    (fetched whole) and the checksum is right, and then chunk c's pieces are copied at once, while
+    its bytes are still in the core's cache; piece p's length[p] rows one by one (row i:
+    out_rows[dst[p] + i, :row_bytes] = chunks[slot[p] - first, src[p] + i row_bytes:][:row_bytes]),
+    so that the rows may be padded."""
+    packed = out_rows.shape[1] == row_bytes  # rows back to back: a piece is one run of bytes
+    flat = out_rows.reshape(-1)
+    p = p0
     for c in range(count):
         if usable[first + c] and not _fletcher32_ok_compiled(chunks[c], nbytes):
             usable[first + c] = False
-    for p in range(p0, p1):
-        c = slot[p]
-        if usable[c]:
-            n = length[p]
-            to, of = flat[dst[p]:dst[p] + n], chunks[c - first, src[p]:src[p] + n]
-            for i in range(n):  # a plain loop over two views: numba's slice assignment is ~4x slower
-                to[i] = of[i]
+        while p < p1 and slot[p] == first + c:
+            if usable[first + c]:
+                if packed:
+                    _copy(flat[dst[p] * row_bytes:(dst[p] + length[p]) * row_bytes], chunks[c, src[p]:])
+                else:
+                    at = src[p]
+                    for r in range(dst[p], dst[p] + length[p]):
+                        _copy(out_rows[r, :row_bytes], chunks[c, at:at + row_bytes])
+                        at += row_bytes
+            p += 1
+
+
+def _copy(to, of):
+    """to[:] = of[:len(to)], as a plain loop over two views: numba's slice assignment is ~4x slower."""
+    for i in range(len(to)):
+        to[i] = of[i]
 
 
 def _compiled():
     """The loops above, compiled with numba at the first call and cached beside this file (as
     fedsim.kernel's); numba is imported here, so that opening a file and writing one need no
     compiler."""
-    global _kernels, _fletcher32_ok_compiled
+    global _kernels, _fletcher32_ok_compiled, _copy
     if _kernels is None:
         import numba
         jit = numba.njit(cache=True, nogil=True)
         _fletcher32_ok_compiled = jit(_fletcher32_ok)  # the global the two below call
+        _copy = jit(_copy)  # the global _check_and_unpack calls
         _kernels = jit(_fletcher32_mismatches), jit(_check_and_unpack)
     return _kernels
 
@@ -535,19 +600,21 @@ class _ChunkSource:
             yield first, end - first
 
 
-def _read_raw_chunks(source, devices, starts, stops, out, dst) -> None:
+def _read_raw_chunks(source, devices, starts, stops, out, dst, dst_rows) -> None:
     """Rows starts[k]:stops[k] of the source's dataset into dst[out[k]:out[k + 1]] (any order, repeats
-    allowed), fetching each chunk that holds some of them once and checking its checksum here."""
+    allowed), fetching each chunk that holds some of them once and checking its checksum here.
+    dst_rows: dst's rows as _byte_rows gives them (of the padded array dst is a view of, if it is)."""
     tail = source.dset.shape[1:]
     # the distinct devices in file order (disjoint, increasing ranges), staged in that order: in dst
     # itself when they were asked that way (the usual case: a round's sorted devices), else apart
     if len(devices) < 2 or np.all(np.diff(devices) > 0):
-        stage, lo, hi, at, inverse = dst, starts, stops, out[:-1], None
+        stage, stage_rows, lo, hi, at, inverse = dst, dst_rows, starts, stops, out[:-1], None
     else:
         _, first, inverse = np.unique(devices, return_index=True, return_inverse=True)
         lo, hi = starts[first], stops[first]
         at = np.concatenate([[0], np.cumsum(hi - lo)])
         stage, at = np.empty((at[-1], *tail), dst.dtype), at[:-1]
+        stage_rows = _byte_rows(stage)
     # runs of rows (adjacent devices merged, empty ones dropped), then pieces: runs cut where chunks end
     keep = hi > lo
     lo, hi, at = lo[keep], hi[keep], at[keep]
@@ -559,31 +626,36 @@ def _read_raw_chunks(source, devices, starts, stops, out, dst) -> None:
         run = np.repeat(np.arange(len(lo)), count)
         chunk = lo[run] // rows + np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
         piece_lo, piece_hi = np.maximum(lo[run], chunk * rows), np.minimum(hi[run], (chunk + 1) * rows)
-        _fill_from_chunks(source, chunk, piece_lo, piece_hi, at[run] + piece_lo - lo[run], stage)
+        _fill_from_chunks(source, chunk, piece_lo, piece_hi, at[run] + piece_lo - lo[run], stage, stage_rows)
     if inverse is not None:  # row i of dst, of device k, is row stage_at[k] + i - out[k] of the stage
         stage_at = np.concatenate([[0], np.cumsum(stops[first] - starts[first])])[:-1]
         source_rows = np.repeat(stage_at[inverse] - out[:-1], stops - starts) + np.arange(out[-1])
         np.take(stage, source_rows, axis=0, out=dst)
 
 
-def _fill_from_chunks(source, chunk, piece_lo, piece_hi, piece_at, stage) -> None:
+def _fill_from_chunks(source, chunk, piece_lo, piece_hi, piece_at, stage, stage_rows) -> None:
     """stage[piece_at[p]:][:piece_hi[p] - piece_lo[p]] = rows piece_lo[p]:piece_hi[p] of the dataset,
     each piece within chunk[p] (non-decreasing); a batch of chunks at a time: fetched as stored,
     then checked and unpacked in one compiled call. Pieces of chunks this cannot vouch for are read
     through HDF5 at the end: an OSError there if a chunk is damaged."""
     check_and_unpack = _compiled()[1]
     rows, row_bytes, nbytes = source.rows, source.row_bytes, source.nbytes
-    flat = stage.reshape(-1).view(np.uint8)
     new = np.concatenate([[True], chunk[1:] != chunk[:-1]])
     slot, chunk_ids = np.cumsum(new) - 1, chunk[new]  # slot: the piece's chunk among the distinct ones
     src = (piece_lo - chunk * rows) * row_bytes
-    dst, length = piece_at * row_bytes, (piece_hi - piece_lo) * row_bytes
+    length = piece_hi - piece_lo  # rows
     batch = min(max(1, RAW_BATCH_BYTES // (nbytes + 4)), len(chunk_ids))
     chunks = source.buffer(batch)[:batch]
     usable = np.zeros(len(chunk_ids), bool)  # fetched whole, then: and its checksum right
     bounds = np.searchsorted(slot, np.arange(0, len(chunk_ids) + batch, batch)).tolist()
     for b, (first, count) in enumerate(source.fetch(chunk_ids, chunks, usable)):
-        check_and_unpack(chunks, count, nbytes, first, usable, slot, src, dst, length, bounds[b], bounds[b + 1], flat)
+        check_and_unpack(chunks, count, nbytes, first, usable, slot, src, piece_at, length, bounds[b], bounds[b + 1],
+                         stage_rows, row_bytes)
     for p in np.flatnonzero(~usable[slot]).tolist():  # through HDF5's filters
         lo, hi, at = int(piece_lo[p]), int(piece_hi[p]), int(piece_at[p])
-        source.dset.read_direct(stage, np.s_[lo:hi], np.s_[at:at + hi - lo])
+        if stage.flags.c_contiguous:
+            source.dset.read_direct(stage, np.s_[lo:hi], np.s_[at:at + hi - lo])
+        else:  # padded rows: h5py reads into contiguous memory only
+            rows = np.empty((hi - lo, *stage.shape[1:]), stage.dtype)
+            source.dset.read_direct(rows, np.s_[lo:hi])
+            stage[at:at + hi - lo] = rows

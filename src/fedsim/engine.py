@@ -48,11 +48,15 @@ class Clients:
     contribute nothing, so ragged batches need no special case.
     """
 
-    x: torch.Tensor        # (rows + 1, features)
+    x: torch.Tensor        # (rows + 1, features); may be a view of kernel_x's padded rows (see kernel_x)
     y: torch.Tensor        # (rows + 1,)
     offsets: np.ndarray    # (held devices + 1,): the j-th held device owns rows offsets[j]:offsets[j+1]
     ids: np.ndarray | None = None  # dataset indices of the held devices, increasing; None: all, in order
-    kernel_x: np.ndarray | None = None  # x as the compiled kernel reads it (padded), made at its first use
+    # x as the compiled kernel reads it (kernel.padded's layout): given by a loader that writes the rows
+    # there (x then a view of its first columns: fedsim.train.InputBuffer; gathers from it are exact, but
+    # a product over all of x may round differently than on contiguous rows: MKL, float64), else made
+    # at its first use
+    kernel_x: np.ndarray | None = None
 
     @classmethod
     def from_arrays(cls, x: torch.Tensor, y: torch.Tensor, offsets: np.ndarray, ids=None) -> "Clients":

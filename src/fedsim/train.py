@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import time
 from contextlib import contextmanager
 
@@ -142,6 +143,64 @@ def input_layout(model, dtype: torch.dtype) -> tuple[int, torch.dtype]:
     return model.num_features + 1, dtype
 
 
+class InputBuffer:
+    """Room for `rows` samples of MCLR input in the compiled kernel's layout: x (rows, width), each row
+    the features, the bias input 1, then zeros up to a multiple of kernel.LANES columns; and int64
+    labels. The features are written in place (RunData.load_padded) after `prepare`.
+
+    Rows [0, ready) have their bias 1, except the sentinel row (all zero); rows from `ready` on are
+    untouched zeros (np.zeros' memory: no page is touched before it is used, so room costs nothing).
+    """
+
+    def __init__(self, rows: int, features: int, dtype: np.dtype):
+        from . import kernel
+        self.features = features
+        self.x = np.zeros((rows, -(-(features + 1) // kernel.LANES) * kernel.LANES), dtype)
+        self.y = np.zeros(rows, np.int64)
+        self.ready, self.sentinel = 0, None
+
+    def prepare(self, n: int) -> None:
+        """Rows [0, n) ready for their features (bias 1, zero padding), row n the all-zero sentinel:
+        only the bias entries of rows not ready yet and of the previous sentinel are written."""
+        if self.sentinel is not None:
+            self.x[self.sentinel, self.features] = 1
+        self.x[self.ready:n, self.features] = 1
+        self.ready = max(self.ready, n + 1)
+        self.x[n], self.y[n], self.sentinel = 0, 0, n
+
+    def free(self) -> bool:
+        """Whether nothing outside refers to this buffer's memory (no Clients, tensor or view of it):
+        two references each, the attribute's and getrefcount's argument."""
+        return sys.getrefcount(self.x) == 2 and sys.getrefcount(self.y) == 2
+
+
+class InputPool:
+    """The per-round input buffers, reused from round to round once no Clients refers to them.
+
+    The training loop lets go of round t-1's Clients before it reads round t's, so one buffer serves
+    every round; a second is kept for a caller that holds on to the last round's. A round's ~100 MB
+    of fresh memory costs page faults on this project's (virtual) machine, as much as the read
+    itself; reused memory costs none. The evaluation sample's buffers, which live for the whole
+    run, never come from here.
+    """
+
+    KEEP = 2
+
+    def __init__(self, features: int, dtype: np.dtype):
+        self.features, self.dtype, self.buffers = features, dtype, []
+
+    def take(self, rows: int) -> InputBuffer:
+        """A free buffer of at least `rows` rows: a kept one, else a new one (kept when there is room)."""
+        for buffer in self.buffers:
+            if len(buffer.x) >= rows and buffer.free():
+                return buffer
+        self.buffers = [b for b in self.buffers if not b.free()]  # free but too small: dropped
+        buffer = InputBuffer(rows * 2, self.features, self.dtype)  # room for larger rounds: free until used
+        if len(self.buffers) < self.KEEP:
+            self.buffers.append(buffer)
+        return buffer
+
+
 class RunData:
     """A run's view of its dataset file: the train split held in memory or read round by round
     (only the round's devices), and the (sampled) devices the metrics are computed on."""
@@ -153,6 +212,10 @@ class RunData:
         check_model(config, self.model, self.dtype)  # before the (possibly long) loads below
         self.width, self.input_dtype = input_layout(self.model, self.dtype)
         self.sizes = dataset.train_sizes
+        # MCLR on the CPU: rows read straight into the compiled kernel's padded layout (load_padded)
+        self.padded = self.device.type == "cpu" and not hasattr(self.model, "input_dtype")
+        if self.padded:
+            self.round_inputs = InputPool(self.width - 1, torch.empty(0, dtype=self.input_dtype).numpy().dtype)
         split_bytes = int(self.sizes.sum()) * self.width * self.input_dtype.itemsize
         self.stream = config.load == "stream" or (config.load == "auto" and split_bytes > STREAM_ABOVE_BYTES)
         self.eval_ids = eval_sample(config.eval_devices, dataset.num_devices, config.seed)
@@ -164,13 +227,16 @@ class RunData:
             self.load("train", self.eval_ids)
         self.eval_test = self.load("test", self.eval_ids)
 
-    def load(self, split: str, devices=None) -> Clients:
+    def load(self, split: str, devices=None, reuse: bool = False) -> Clients:
         """Rows of `devices` (default: all) as model inputs on the compute device.
 
         Written once into their final tensors, sentinel row included: at 10^5 devices these
-        copies are a visible part of a round.
+        copies are a visible part of a round. `reuse`: in memory a previous round's inputs had,
+        once nothing refers to them (a round's training rows; never the evaluation sample's).
         """
         devices = None if devices is None else np.unique(devices)
+        if self.padded:
+            return self.load_padded(split, devices, reuse)
         part = self.dataset.load(split, devices)
         n = len(part.y)
         x = torch.empty(n + 1, self.width, dtype=self.input_dtype)
@@ -181,9 +247,30 @@ class RunData:
         x[n], y[n] = 0, 0
         return Clients(x=x.to(self.device), y=y.to(self.device), offsets=part.offsets, ids=devices)
 
+    def load_padded(self, split: str, devices: np.ndarray | None, reuse: bool) -> Clients:
+        """load() for MCLR on the CPU: the rows in an InputBuffer, where the compiled kernel reads
+        them (Clients.kernel_x); the model's x is a view of its first features + 1 columns, rows
+        apart by the padded width (gathers from it are exact; a product over all of it can round
+        differently, see Clients.kernel_x). The file read writes the features there itself when the
+        dtypes agree: one copy."""
+        sizes = self.sizes if split == "train" else self.dataset.test_sizes
+        n = int(sizes.sum() if devices is None else sizes[devices].sum())
+        features = self.width - 1
+        buffer = self.round_inputs.take(n + 1) if reuse else InputBuffer(n + 1, features, self.round_inputs.dtype)
+        buffer.prepare(n)
+        if self.dataset.x_dtypes[split] == buffer.x.dtype:
+            part = self.dataset.load(split, devices, x_into=buffer.x, y_into=buffer.y)
+        else:  # another dtype (float64 runs of a float32 file): converted in one pass
+            part = self.dataset.load(split, devices, y_into=buffer.y)
+            with torch_threads(self.threads):
+                torch.from_numpy(buffer.x)[:n, :features].copy_(torch.from_numpy(part.x).reshape(n, features))
+        x = torch.from_numpy(buffer.x[:n + 1, :features + 1])
+        return Clients(x=x, y=torch.from_numpy(buffer.y[:n + 1]), offsets=part.offsets, ids=devices,
+                       kernel_x=buffer.x[:n + 1])
+
     def round_train(self, devices: np.ndarray) -> Clients:
         """Train rows holding at least `devices`."""
-        return self.train if self.train is not None else self.load("train", devices)
+        return self.train if self.train is not None else self.load("train", devices, reuse=True)
 
     def record(self) -> dict:
         sampled = self.eval_ids is not None
@@ -329,6 +416,7 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         if config.rng == "authors":
             settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
         gradient_devices, solvers = round_devices(config, method.gradients, t, data.sizes)
+        train = ctx = None  # let go of the last round's rows first: their memory takes this round's (InputPool)
         train = data.round_train(np.concatenate([gradient_devices, solvers]))
         ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
                            device_grads=device_grads_at(params, train), weights=weights, model=model,
