@@ -173,6 +173,22 @@ def floor(xb, yb, counts, first, steps, weights, v0, lr, local, average):  # pra
         average += weights[k] * v
 
 
+def plan_seconds(train, settings, solver_sets, repeats: int, kernel_round) -> float:
+    """Building round t's batch plans for the kernel (_stacked_plans: fedsim.shuffle), each timed
+    call right after `kernel_round(t)` (as in a run: the caches hold the kernel's data, not the
+    plans'), best of `repeats`, averaged over rounds 0, 1, ... with the device sets `solver_sets`."""
+    best = []
+    for t, devices in enumerate(solver_sets):
+        times = []
+        for _ in range(repeats):
+            kernel_round(t)
+            start = time.perf_counter()
+            _stacked_plans(train, np.asarray(devices), settings, t)
+            times.append(time.perf_counter() - start)
+        best.append(min(times))
+    return statistics.mean(best)
+
+
 def round_flops(width: int, classes: int, samples: int, steps: int, devices: int, mu: float = 0.0,
                 correction: bool = False, anchored: bool = False, gradient_samples: int = 0) -> int:
     """Floating-point work of a round (the module docstring's formula): `samples` real samples over
@@ -346,6 +362,10 @@ def main() -> None:
         print(f"(kernel + evaluation) / floor {(mean['kernel'] + mean['evaluation']) / mean['floor']:5.2f}x   "
               f"(target <= 2)")
     if "kernel" in mean:
+        plans = plan_seconds(train, settings, [round_context(t).solvers for t in range(args.rounds)], args.repeats,
+                             lambda t: training_round(local_sgd_kernel, round_context(t)))
+        print(f"batch plans         {plans:8.6f} s/round = {100 * plans / mean['kernel']:.1f}% of a kernel round "
+              f"(fedsim.shuffle, built after a kernel round; target <= 3%)")
         width = floor_args[0].shape[2]
         print(f"round work          {work['kernel'] / 1e6:8.2f} Mflop/round (kernel; floor {work['floor'] / 1e6:.2f}: "
               f"d={params.shape[0]} ({width} padded), C={params.shape[1]}, multiply-add = 2 flops, "
