@@ -41,24 +41,44 @@ _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_mode
 
 @numba.njit(**_JIT, inline="always")
 def _logits(x, rows, count, v, z):  # pragma: no cover (compiled)
-    # z[c, i] = x[rows[i]] . v[c] for i < count and every row c of v (an even number): four samples
-    # against two classes at a time, eight vector accumulators over the features (six loads for
-    # eight multiply-adds), each reduced to its sum by shared shuffles (hsum4); a block's samples
-    # past the last are the last one again.
-    width, zero, last = x.shape[1], z.dtype.type(0), count - 1
-    for i in range(0, count, 4):
-        i1, i2, i3 = min(i + 1, last), min(i + 2, last), min(i + 3, last)
-        r0, r1, r2, r3 = rows[i], rows[i1], rows[i2], rows[i3]
-        for c in range(0, v.shape[0], 2):
-            a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = simd.splat(zero)
-            for d in range(0, width, simd.LANES):
-                va, vb = simd.load(v, (c, d)), simd.load(v, (c + 1, d))
-                x0, x1, x2, x3 = simd.load(x, (r0, d)), simd.load(x, (r1, d)), simd.load(x, (r2, d)), \
-                    simd.load(x, (r3, d))
-                a0, a1, a2, a3 = simd.fma(x0, va, a0), simd.fma(x1, va, a1), simd.fma(x2, va, a2), simd.fma(x3, va, a3)
-                b0, b1, b2, b3 = simd.fma(x0, vb, b0), simd.fma(x1, vb, b1), simd.fma(x2, vb, b2), simd.fma(x3, vb, b3)
-            z[c, i], z[c, i1], z[c, i2], z[c, i3] = simd.hsum4(a0, a1, a2, a3)
-            z[c + 1, i], z[c + 1, i1], z[c + 1, i2], z[c + 1, i3] = simd.hsum4(b0, b1, b2, b3)
+    # z[c, i] = x[rows[i]] . v[c] for i < count and every row c of v (an even number), in blocks of
+    # four samples (then two, then one) against two classes, so that each vector loaded serves
+    # several multiply-adds; each block's dot products reduced by shared shuffles and stored four
+    # columns at a time (z has columns to spare: a block's columns past `count` get scratch values)
+    i = 0
+    while count - i >= 4:
+        _logits_block4(x, rows[i], rows[i + 1], rows[i + 2], rows[i + 3], v, z, i)
+        i += 4
+    if i < count:  # one to three left: pairs, the last sample repeated where they are odd
+        last = count - 1
+        _logits_block4(x, rows[i], rows[min(i + 1, last)], rows[min(i + 2, last)], rows[min(i + 3, last)], v, z, i) \
+            if count - i > 2 else _logits_block2(x, rows[i], rows[min(i + 1, last)], v, z, i)
+
+
+@numba.njit(**_JIT, inline="always")
+def _logits_block4(x, r0, r1, r2, r3, v, z, i):  # pragma: no cover (compiled)
+    zero = z.dtype.type(0)
+    for c in range(0, v.shape[0], 2):
+        a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = simd.splat(zero)
+        for d in range(0, x.shape[1], simd.LANES):
+            va, vb = simd.load(v, (c, d)), simd.load(v, (c + 1, d))
+            x0, x1, x2, x3 = simd.load(x, (r0, d)), simd.load(x, (r1, d)), simd.load(x, (r2, d)), simd.load(x, (r3, d))
+            a0, a1, a2, a3 = simd.fma(x0, va, a0), simd.fma(x1, va, a1), simd.fma(x2, va, a2), simd.fma(x3, va, a3)
+            b0, b1, b2, b3 = simd.fma(x0, vb, b0), simd.fma(x1, vb, b1), simd.fma(x2, vb, b2), simd.fma(x3, vb, b3)
+        simd.store_hsum4(z, (c, i), a0, a1, a2, a3)
+        simd.store_hsum4(z, (c + 1, i), b0, b1, b2, b3)
+
+
+@numba.njit(**_JIT, inline="always")
+def _logits_block2(x, r0, r1, v, z, i):  # pragma: no cover (compiled)
+    zero = z.dtype.type(0)
+    for c in range(0, v.shape[0], 2):
+        a0 = a1 = b0 = b1 = simd.splat(zero)
+        for d in range(0, x.shape[1], simd.LANES):
+            va, vb, x0, x1 = simd.load(v, (c, d)), simd.load(v, (c + 1, d)), simd.load(x, (r0, d)), simd.load(x, (r1, d))
+            a0, a1, b0, b1 = simd.fma(x0, va, a0), simd.fma(x1, va, a1), simd.fma(x0, vb, b0), simd.fma(x1, vb, b1)
+        simd.store_hsum4(z, (c, i), a0, a1, b0, b0)  # columns i + 2, i + 3: scratch
+        simd.store_hsum4(z, (c + 1, i), b0, b1, a0, a0)
 
 
 @numba.njit(**_JIT, inline="always")
@@ -120,8 +140,9 @@ def _step_vector(v, v0, correction, k, c, d, g, lr, scale, mu):  # pragma: no co
 
 @numba.njit(**_JIT, inline="always")
 def _columns(v, samples):  # pragma: no cover (compiled)
-    # a (rows of v, samples rounded up to LANES) scratch of zeros: one column a sample
-    return np.zeros((v.shape[0], -(-max(samples, 1) // simd.LANES) * simd.LANES), dtype=v.dtype)
+    # a (rows of v, samples rounded up to LANES, plus 4 for _logits' last block) scratch of zeros:
+    # one column a sample
+    return np.zeros((v.shape[0], -(-max(samples, 1) // simd.LANES) * simd.LANES + 4), dtype=v.dtype)
 
 
 @numba.njit(**_JIT)

@@ -21,6 +21,7 @@ the same code runs everywhere numba does.
     argmax_step(b, i, z, c)  the running (largest, its index) after class c's z, torch's rule
     hsum(v), hmax(v)  the lanes' sum or largest, as a fixed tree (the same order every call)
     hsum4(a, b, c, d) four sums at once, the four trees sharing shuffles
+    store_hsum4(o, i, a, b, c, d)  the four sums stored at o[i:i + 4] in one store
     exp(v)            e ** v lane by lane: a polynomial for float32, libm's exp for float64
 """
 
@@ -248,6 +249,28 @@ def _pick(builder, a, b, lanes):
     return builder.shuffle_vector(a, b, ir.Constant(ir.VectorType(ir.IntType(32), len(lanes)), lanes))
 
 
+def _sums4(builder, a, b, c, d):
+    # <4 x T> of the four vectors' sums: one tree whose shuffles serve all four
+    half, quarter = LANES // 2, LANES // 4
+    low, high = list(range(half)), list(range(half, LANES))
+    # each vector's halves added, two vectors per result: [a a .. b b ..], [c c .. d d ..]
+    ab = builder.fadd(_pick(builder, a, b, low + [LANES + i for i in low]),
+                      _pick(builder, a, b, high + [LANES + i for i in high]))
+    cd = builder.fadd(_pick(builder, c, d, low + [LANES + i for i in low]),
+                      _pick(builder, c, d, high + [LANES + i for i in high]))
+    # quarters added: [a .. b .. c .. d ..], LANES / 4 partial sums each
+    even = [q * quarter + i for q in (0, 2) for i in range(quarter)]
+    odd = [q * quarter + i for q in (1, 3) for i in range(quarter)]
+    value = builder.fadd(_pick(builder, ab, cd, even + [LANES + i for i in even]),
+                         _pick(builder, ab, cd, odd + [LANES + i for i in odd]))
+    width = LANES
+    while width > 4:  # neighbours added within each group
+        value = builder.fadd(_pick(builder, value, value, list(range(0, width, 2))),
+                             _pick(builder, value, value, list(range(1, width, 2))))
+        width //= 2
+    return value
+
+
 @intrinsic
 def hsum4(typingctx, a, b, c, d):
     """(hsum(a), hsum(b), hsum(c), hsum(d)), sharing the shuffles and additions of one tree."""
@@ -255,27 +278,26 @@ def hsum4(typingctx, a, b, c, d):
         return None
 
     def codegen(context, builder, signature, args):
-        half, quarter = LANES // 2, LANES // 4
-        low, high = list(range(half)), list(range(half, LANES))
-        # each vector's halves added, two vectors per result: [a a .. b b ..], [c c .. d d ..]
-        ab = builder.fadd(_pick(builder, args[0], args[1], low + [LANES + i for i in low]),
-                          _pick(builder, args[0], args[1], high + [LANES + i for i in high]))
-        cd = builder.fadd(_pick(builder, args[2], args[3], low + [LANES + i for i in low]),
-                          _pick(builder, args[2], args[3], high + [LANES + i for i in high]))
-        # quarters added: [a .. b .. c .. d ..], LANES / 4 partial sums each
-        even = [q * quarter + i for q in (0, 2) for i in range(quarter)]
-        odd = [q * quarter + i for q in (1, 3) for i in range(quarter)]
-        value = builder.fadd(_pick(builder, ab, cd, even + [LANES + i for i in even]),
-                             _pick(builder, ab, cd, odd + [LANES + i for i in odd]))
-        width = LANES
-        while width > 4:  # neighbours added within each group
-            value = builder.fadd(_pick(builder, value, value, list(range(0, width, 2))),
-                                 _pick(builder, value, value, list(range(1, width, 2))))
-            width //= 2
+        value = _sums4(builder, *args)
         sums = [builder.extract_element(value, ir.Constant(ir.IntType(32), i)) for i in range(4)]
         return context.make_tuple(builder, signature.return_type, sums)
 
     return types.UniTuple(a.dtype, 4)(a, b, c, d), codegen
+
+
+@intrinsic
+def store_hsum4(typingctx, out, index, a, b, c, d):
+    """out[index:index + 4] = hsum4(a, b, c, d), as one store (the four places must exist)."""
+    if not (_indexes(out, index) and isinstance(a, Vector) and a == b == c == d and a.dtype == out.dtype):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pointer = _lane_pointer(context, builder, out, args[0], index, args[1])
+        value = _sums4(builder, *args[2:])
+        builder.store(value, builder.bitcast(pointer, value.type.as_pointer()), align=out.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+
+    return types.none(out, index, a, b, c, d), codegen
 
 
 # float32 e**x as in Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so n ln2
