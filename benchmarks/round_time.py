@@ -46,7 +46,7 @@ multiply-adds). A: with an anchor (Mime), each sample's logits again at the anch
 is called: FedDANE's correction), 4dC each. Left out: the softmax (a max, C exps counted as 0
 flops, and about 4C other operations a sample: 1/d of the multiply-adds, 1.6 % at d = 61), the
 label's subtraction, and any other server arithmetic (O(dC) a device). The kernel and the floor
-run on rows zero-padded to a multiple of 16 (64 for d = 61): the count is the useful work, not
+run on rows zero-padded to a multiple of 64 (64 for d = 61): the count is the useful work, not
 the padded. The step's work is what the update needs, not how the kernel writes it (it
 evaluates lr (g/|b| + c + mu (W - W0)) whatever the method). The floor's count is the same with
 its own plain-SGD terms (mu = 0, no correction, anchor or gradients): for FedAvg both counts are
