@@ -39,7 +39,7 @@ from . import simd
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _logits(x, rows, count, v, z):  # pragma: no cover (compiled)
     # z[c, i] = x[rows[i]] . v[c] for i < count and every row c of v (an even number), in blocks of
     # four samples (then two, then one) against two classes, so that each vector loaded serves
@@ -55,7 +55,7 @@ def _logits(x, rows, count, v, z):  # pragma: no cover (compiled)
             if count - i > 2 else _logits_block2(x, rows[i], rows[min(i + 1, last)], v, z, i)
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _logits_block4(x, r0, r1, r2, r3, v, z, i):  # pragma: no cover (compiled)
     zero = z.dtype.type(0)
     for c in range(0, v.shape[0], 2):
@@ -69,7 +69,7 @@ def _logits_block4(x, r0, r1, r2, r3, v, z, i):  # pragma: no cover (compiled)
         simd.store_hsum4(z, (c + 1, i), b0, b1, b2, b3)
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _logits_block2(x, r0, r1, v, z, i):  # pragma: no cover (compiled)
     zero = z.dtype.type(0)
     for c in range(0, v.shape[0], 2):
@@ -81,7 +81,7 @@ def _logits_block2(x, r0, r1, v, z, i):  # pragma: no cover (compiled)
         simd.store_hsum4(z, (c + 1, i), b0, b1, a0, a0)
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _exp_shifted(z, s, classes, top):  # pragma: no cover (compiled)
     # samples s .. s + LANES: z[c] <- exp(z[c] - top) for c < classes; returns their sum (NaN stays
     # NaN, so a diverging run's probabilities, and then its weights, become NaN)
@@ -93,13 +93,13 @@ def _exp_shifted(z, s, classes, top):  # pragma: no cover (compiled)
     return total
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _scale(z, s, classes, factor):  # pragma: no cover (compiled)
     for c in range(classes):
         simd.store(z, (c, s), simd.mul(simd.load(z, (c, s)), factor))
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _softmax(z, count, classes):  # pragma: no cover (compiled)
     # columns i < count of z (a sample each, LANES at a time): softmax over the rows c < classes
     one = simd.splat(z.dtype.type(1))
@@ -110,7 +110,7 @@ def _softmax(z, count, classes):  # pragma: no cover (compiled)
         _scale(z, s, classes, simd.div(one, _exp_shifted(z, s, classes, top)))
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _weighted_rows(x, rows, count, p, c, d):  # pragma: no cover (compiled)
     # sum_i p[c, i] x[rows[i], d:d + TILE], in eight vector registers
     L, zero = simd.LANES, p.dtype.type(0)
@@ -124,13 +124,13 @@ def _weighted_rows(x, rows, count, p, c, d):  # pragma: no cover (compiled)
     return a0, a1, a2, a3, a4, a5, a6, a7
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _step_plain(v, c, d, g, lr, scale):  # pragma: no cover (compiled)
     # v[c, d:d + LANES] <- v - lr (g scale): _step_vector's bits when its pull is 0, without its loads
     simd.store(v, (c, d), simd.sub(simd.load(v, (c, d)), simd.mul(lr, simd.mul(g, scale))))
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _step_vector(v, v0, correction, k, c, d, g, lr, scale, mu):  # pragma: no cover (compiled)
     # v[c, d:d + LANES] <- v - lr (g scale + correction[k, c] + mu (v - v0))
     w = simd.load(v, (c, d))
@@ -138,7 +138,7 @@ def _step_vector(v, v0, correction, k, c, d, g, lr, scale, mu):  # pragma: no co
     simd.store(v, (c, d), simd.sub(w, simd.mul(lr, simd.fma(g, scale, pull))))
 
 
-@numba.njit(**_JIT, inline="always")
+@numba.njit(**_JIT)
 def _columns(v, samples):  # pragma: no cover (compiled)
     # a (rows of v, samples rounded up to LANES, plus 4 for _logits' last block) scratch of zeros:
     # one column a sample
@@ -263,9 +263,11 @@ def device_stats(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.nda
 
 
 def warm_up() -> None:
-    """Compile (or load from the cache) the float32 and float64 versions now: a process that forks
-    jobs (fedsim.warm) then hands them compiled code."""
-    for dtype in (np.float32, np.float64):
+    """Compile (or load from the cache) the float32 version now: a process that forks jobs
+    (fedsim.warm) then hands them compiled code. float64 (a run's `dtype: float64`, the tests)
+    compiles at its first call: after an install, the jobs that need no kernel (datasets) wait
+    for this."""
+    for dtype in (np.float32,):
         x = padded(np.zeros((3, 2), dtype))
         local_sgd(x, np.zeros(3, np.int64), np.array([[0, 2]]), np.array([0]), np.array([1]), np.zeros((2, 2), dtype),
                   None, 0.1, 0.0)

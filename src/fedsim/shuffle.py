@@ -48,7 +48,7 @@ S27, S30, S31, S32 = np.uint64(27), np.uint64(30), np.uint64(31), np.uint64(32)
 ONE, TWO = np.uint64(1), np.uint64(2)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _mix(z):  # pragma: no cover (compiled)
     z = (z ^ (z >> S30)) * MIX1
     z = (z ^ (z >> S27)) * MIX2
@@ -64,7 +64,7 @@ def _epoch_key(seed, round_, device, epoch):  # pragma: no cover (compiled)
     return _mix(h ^ epoch)
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _below(word, i, key):  # pragma: no cover (compiled)
     """j_i: a uniform integer in [0, i] from the 32-bit `word`, Lemire's multiply-shift; the rare
     product that would bias it is redrawn at position i's own counters (the docstring's retries)."""
@@ -79,7 +79,7 @@ def _below(word, i, key):  # pragma: no cover (compiled)
     return p >> S32
 
 
-@numba.njit(cache=True, nogil=True, inline="always")
+@numba.njit(cache=True, nogil=True)
 def _place(out, i, word, key, offset):  # pragma: no cover (compiled)
     """Inside-out Fisher-Yates' step i: out[i] = out[j_i]; out[j_i] = offset + i. When j_i == i it
     reads the slot it then writes: still a permutation."""
