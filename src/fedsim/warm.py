@@ -212,8 +212,14 @@ def serve(path: Path, idle_seconds: float) -> None:
     listener.listen(64)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: the socket goes
     try:
+        # After an install numba's cache is empty: compile each module in a process of its own
+        # (both cores, while this one imports), then load it here from the cache.
+        compiling = [subprocess.Popen([sys.executable, "-c", f"import {name}; {name}.warm_up()"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in COMPILED]
         for name in PRELOAD:
             __import__(name)
+        for process in compiling:
+            process.wait()  # a failed one only leaves the compiling to the line below
         for name in COMPILED:
             sys.modules[name].warm_up()  # compiled code, inherited by every job
         _accept_jobs(listener, lock, idle_seconds)
