@@ -45,14 +45,13 @@ def _logits(x, rows, count, v, z):  # pragma: no cover (compiled)
     # four samples (then two, then one) against two classes, so that each vector loaded serves
     # several multiply-adds; each block's dot products reduced by shared shuffles and stored four
     # columns at a time (z has columns to spare: a block's columns past `count` get scratch values)
-    i = 0
-    while count - i >= 4:
-        _logits_block4(x, rows[i], rows[i + 1], rows[i + 2], rows[i + 3], v, z, i)
-        i += 4
-    if i < count:  # one to three left: pairs, the last sample repeated where they are odd
-        last = count - 1
-        _logits_block4(x, rows[i], rows[min(i + 1, last)], rows[min(i + 2, last)], rows[min(i + 3, last)], v, z, i) \
-            if count - i > 2 else _logits_block2(x, rows[i], rows[min(i + 1, last)], v, z, i)
+    # (one call site each: LLVM inlines them, and each site costs compile time)
+    last = count - 1
+    for i in range(0, count, 4):  # where fewer are left, the last sample repeated
+        if count - i > 2:
+            _logits_block4(x, rows[i], rows[min(i + 1, last)], rows[min(i + 2, last)], rows[min(i + 3, last)], v, z, i)
+        else:
+            _logits_block2(x, rows[i], rows[min(i + 1, last)], v, z, i)
 
 
 @numba.njit(**_JIT)
@@ -162,7 +161,9 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, o
     plain = correction.shape[0] == 0 and mu == 0
     for k in range(first.shape[0]):
         v = out[k]
-        v[:, :] = v0
+        for c in range(v0.shape[0]):  # a loop: numba's slice assignment costs seconds of compile
+            for d in range(0, width, simd.LANES):
+                simd.store(v, (c, d), simd.load(v0, (c, d)))
         for step in range(steps[k]):
             count, base = 0, first[k] + step
             for b in range(batch):
@@ -201,7 +202,9 @@ def _device_stats(x, y, starts, stops, v, classes, loss, correct, grads):  # pra
     # time their argmax, log-sum-exp and softmax, then its gradient as in _local_sgd.
     width, zero, L = x.shape[1], v.dtype.type(0), simd.LANES
     with_grads = grads.shape[0] > 0
-    longest = max(np.max(stops - starts), 1) if starts.shape[0] else 1
+    longest = 1
+    for j in range(starts.shape[0]):
+        longest = max(longest, stops[j] - starts[j])
     z = _columns(v, longest)
     rows = np.empty(z.shape[1], dtype=np.int64)
     top, norm, best = np.empty(L, dtype=v.dtype), np.empty(L, dtype=v.dtype), np.empty(L, dtype=v.dtype)

@@ -89,19 +89,27 @@ def _place(out, i, word, key, offset):  # pragma: no cover (compiled)
 
 
 @numba.njit(cache=True, nogil=True)
-def _shuffle_into(out, n, key, offset):  # pragma: no cover (compiled)
-    """out[:n] = offset + the order that `key` draws: positions 1, 2 from the draw at c = 1, 3, 4
-    from c = 2, ... (unsigned indices: numba then skips its negative-index check, 1.25x here)."""
-    out[0] = offset
+def _shuffle_into(out, at, n, key, offset):  # pragma: no cover (compiled)
+    """out[at:at + n] = offset + the order that `key` draws: positions 1, 2 from the draw at c = 1, 3,
+    4 from c = 2, ... (unsigned indices: numba then skips its negative-index check, 1.25x here)."""
+    view = out[at:at + n]
+    view[0] = offset
     size, i, state = np.uint64(n), ONE, key
     while i + ONE < size:
         state += GAMMA  # the draw at c = (i + 1) / 2: a counter, no carried randomness
         draw = _mix(state)
-        _place(out, i, draw >> S32, key, offset)
-        _place(out, i + ONE, draw & LOW32, key, offset)
+        _place(view, i, draw >> S32, key, offset)
+        _place(view, i + ONE, draw & LOW32, key, offset)
         i += TWO
     if i < size:  # n even: the last position takes the top half of one more draw
-        _place(out, i, _mix(state + GAMMA) >> S32, key, offset)
+        _place(view, i, _mix(state + GAMMA) >> S32, key, offset)
+
+
+@numba.njit(cache=True, nogil=True)
+def _fill(out, start, stop, value):  # pragma: no cover (compiled)
+    # a loop: numba's slice assignment costs seconds of compile
+    for i in range(start, stop):
+        out[i] = value
 
 
 @numba.njit(cache=True, nogil=True)
@@ -112,38 +120,69 @@ def _device_plan(flat, start, slots, n, batch_size, offset, sentinel, seed, roun
     epoch_slots = -(-n // batch_size) * batch_size
     epoch, at, end = 0, start, start + slots
     if n == 0:  # no samples: every slot is padding
-        flat[start:end] = sentinel
+        _fill(flat, start, end, sentinel)
         return
     while at < end:
         key = _epoch_key(seed, round_, device, np.uint64(epoch))
         if at + n <= end:
-            _shuffle_into(flat[at:at + n], n, key, offset)
+            _shuffle_into(flat, at, n, key, offset)
         else:
-            _shuffle_into(scratch, n, key, offset)
-            flat[at:end] = scratch[:end - at]
-        flat[at + n:min(at + epoch_slots, end)] = sentinel  # the remainder batch's padding
+            _shuffle_into(scratch, 0, n, key, offset)
+            for i in range(end - at):
+                flat[at + i] = scratch[i]
+        _fill(flat, at + n, min(at + epoch_slots, end), sentinel)  # the remainder batch's padding
         epoch, at = epoch + 1, at + epoch_slots
 
 
 @numba.njit(cache=True, nogil=True)
+def _longest_first(steps):  # pragma: no cover (compiled)
+    """Indices of `steps`, largest first, ties in index order: a stable bottom-up merge sort (numpy's
+    argsort costs seconds of compile)."""
+    n = steps.shape[0]
+    order, other = np.empty(n, np.int64), np.empty(n, np.int64)
+    for i in range(n):
+        order[i] = i
+    width = 1
+    while width < n:
+        for low in range(0, n, 2 * width):
+            mid, high = min(low + width, n), min(low + 2 * width, n)
+            i, j = low, mid
+            for k in range(low, high):  # the right run's element only where strictly larger: stable
+                if j < high and (i >= mid or steps[order[j]] > steps[order[i]]):
+                    other[k] = order[j]
+                    j += 1
+                else:
+                    other[k] = order[i]
+                    i += 1
+        order, other = other, order
+        width *= 2
+    return order
+
+
+@numba.njit(cache=True, nogil=True)
 def _stacked(offsets, positions, devices, epochs, fixed_steps, batch_size, seed, round_, sentinel):  # pragma: no cover
-    sizes = offsets[positions + 1] - offsets[positions]
-    if sizes.shape[0] and sizes.max() > 1 << 32:
-        raise ValueError("a device of more than 2^32 samples: the shuffle's words are 32 bits")
-    if fixed_steps < 0:  # E epochs of ceil(n / B) batches: fedsim.steps.local_steps (tests/test_shuffle.py)
-        steps = epochs * ((sizes + batch_size - 1) // batch_size)
-    else:
-        steps = np.full(sizes.shape[0], fixed_steps, dtype=np.int64)
-    order = np.argsort(-steps, kind="mergesort")  # longest first; stable: ties keep the callers' order
-    first = np.cumsum(steps[order]) - steps[order]
-    rows = np.empty((steps.sum(), batch_size), dtype=np.int64)
-    flat = rows.reshape(-1)
-    scratch = np.empty(max(sizes.max(), 1) if sizes.shape[0] else 1, dtype=np.int64)
-    for slot in range(order.shape[0]):
+    count = positions.shape[0]
+    sizes, steps = np.empty(count, np.int64), np.empty(count, np.int64)
+    longest = 1
+    for j in range(count):
+        sizes[j] = offsets[positions[j] + 1] - offsets[positions[j]]
+        if sizes[j] > 1 << 32:
+            raise ValueError("a device of more than 2^32 samples: the shuffle's words are 32 bits")
+        # E epochs of ceil(n / B) batches (fedsim.steps.local_steps; tests/test_shuffle.py), or fixed
+        steps[j] = epochs * ((sizes[j] + batch_size - 1) // batch_size) if fixed_steps < 0 else fixed_steps
+        longest = max(longest, sizes[j])
+    order = _longest_first(steps)  # longest first; ties keep the callers' order
+    first, ordered, total = np.empty(count, np.int64), np.empty(count, np.int64), 0
+    for slot in range(count):
+        first[slot], ordered[slot] = total, steps[order[slot]]
+        total += ordered[slot]
+    flat = np.empty(total * batch_size, dtype=np.int64)
+    scratch = np.empty(longest, dtype=np.int64)
+    for slot in range(count):
         j = order[slot]
         _device_plan(flat, first[slot] * batch_size, steps[j] * batch_size, sizes[j], batch_size,
                      offsets[positions[j]], sentinel, seed, round_, np.uint64(devices[j]), scratch)
-    return rows, first, steps[order], order
+    return flat, first, ordered, order
 
 
 def stacked_plans(offsets: np.ndarray, positions: np.ndarray, devices: np.ndarray, epochs: int,
@@ -157,8 +196,9 @@ def stacked_plans(offsets: np.ndarray, positions: np.ndarray, devices: np.ndarra
     calls around it).
     """
     steps = -1 if fixed_steps is None else fixed_steps  # -1: E epochs
-    return _stacked(offsets, positions, devices, np.int64(epochs), np.int64(steps), np.int64(batch_size),
-                    np.uint64(seed), np.uint64(round_), np.int64(sentinel))
+    flat, first, steps, order = _stacked(offsets, positions, devices, np.int64(epochs), np.int64(steps),
+                                         np.int64(batch_size), np.uint64(seed), np.uint64(round_), np.int64(sentinel))
+    return flat.reshape(-1, batch_size), first, steps, order
 
 
 def stream_of(rng: str) -> str:

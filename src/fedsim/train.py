@@ -149,14 +149,18 @@ class InputBuffer:
     labels. The features are written in place (RunData.load_padded) after `prepare`.
 
     Rows [0, ready) have their bias 1, except the sentinel row (all zero); rows from `ready` on are
-    untouched zeros (np.zeros' memory: no page is touched before it is used, so room costs nothing).
+    zeros. Every page is written once here, so that the rounds that later reach a row pay no page
+    fault for it (on this project's virtual machine a fault cost as much as reading the row; paid
+    here, it falls in the round that creates the buffer).
     """
 
     def __init__(self, rows: int, features: int, dtype: np.dtype):
         from . import kernel
         self.features = features
-        self.x = np.zeros((rows, -(-(features + 1) // kernel.LANES) * kernel.LANES), dtype)
-        self.y = np.zeros(rows, np.int64)
+        self.x = np.empty((rows, -(-(features + 1) // kernel.LANES) * kernel.LANES), dtype)
+        self.y = np.empty(rows, np.int64)
+        self.x.fill(0)
+        self.y.fill(0)
         self.ready, self.sentinel = 0, None
 
     def prepare(self, n: int) -> None:
@@ -195,7 +199,7 @@ class InputPool:
             if len(buffer.x) >= rows and buffer.free():
                 return buffer
         self.buffers = [b for b in self.buffers if not b.free()]  # free but too small: dropped
-        buffer = InputBuffer(rows * 2, self.features, self.dtype)  # room for larger rounds: free until used
+        buffer = InputBuffer(rows * 2, self.features, self.dtype)  # room for larger rounds, faulted in once
         if len(self.buffers) < self.KEEP:
             self.buffers.append(buffer)
         return buffer
