@@ -67,6 +67,20 @@ def test_warm_jobs_give_the_cold_outputs_and_exit_codes(data, env, tmp_path):
     assert bad.returncode == 2 and "dataset file not found: missing.h5" in bad.stderr
 
 
+def test_jobs_forked_during_the_first_compile_give_the_cold_outputs(data, env, tmp_path):
+    """After an install (numba's cache empty) the server serves jobs once it has imported, while the
+    compiles run: a training job forked meanwhile waits for them, then loads their code."""
+    fresh = {**env, "NUMBA_CACHE_DIR": str(tmp_path / "numba-cache")}
+    args = [*TRAIN, "--data", data, "--rounds", "3", "--metrics", "{}/m.csv", "--info", "{}/r.json"]
+    outputs = {}
+    for label, module, environment in [("cold", "fedsim", env), ("warm", "fedsim.warm", fresh)]:
+        done = fedsim(module, [a.format(label) for a in args], environment, tmp_path)
+        assert done.returncode == 0, done.stderr
+        outputs[label] = (tmp_path / label / "m.csv").read_bytes()
+    assert outputs["warm"] == outputs["cold"]
+    assert any((tmp_path / "numba-cache").rglob("*.nbi"))  # the code came from this cache
+
+
 def test_a_killed_launcher_takes_its_job_along(data, env, tmp_path):
     args = [*TRAIN, "--data", data, "--rounds", "100000", "--metrics", "m.csv", "--info", "r.json"]
     launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *args], env=env, cwd=tmp_path,

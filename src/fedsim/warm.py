@@ -54,8 +54,10 @@ PRELOAD = ("torch", "numpy", "pandas", "h5py", "fedsim.cli", "fedsim.train", "fe
            "fedsim.figures", "fedsim.leaf", "fedsim.leaf.stats", "fedsim.synthetic", "fedsim.kernel",
            "fedsim.shuffle")
 COMPILED = ("fedsim.kernel", "fedsim.shuffle")  # preloaded modules whose warm_up() compiles their numba code
+COMPILED_COMMANDS = ("train",)  # the commands that call COMPILED code (a job of another that does compiles it)
 # Read once at import by torch and the BLAS libraries: a job with other values gets another server.
-IMPORT_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+IMPORT_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+              "NUMBA_CACHE_DIR")
 BATCH_JOB_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "_CONDOR_JOB_AD", "FLUX_JOB_ID",
                  "OAR_JOB_ID", "COBALT_JOBID")
 HEADER = struct.Struct("!I")
@@ -213,26 +215,52 @@ def serve(path: Path, idle_seconds: float) -> None:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # through `finally`: the socket goes
     try:
         # After an install numba's cache is empty: compile each module in a process of its own
-        # (both cores, while this one imports), then load it here from the cache.
-        compiling = [subprocess.Popen([sys.executable, "-c", f"import {name}; {name}.warm_up()"],
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for name in COMPILED]
+        # (both cores, while this one imports). Jobs are served as soon as the imports are done;
+        # the server loads the compiled code from the cache once the compiles end, and the jobs
+        # forked after that inherit it (_Compiles).
+        compiles = _Compiles()
         for name in PRELOAD:
             __import__(name)
-        for process in compiling:
-            process.wait()  # a failed one only leaves the compiling to the line below
-        for name in COMPILED:
-            sys.modules[name].warm_up()  # compiled code, inherited by every job
-        _accept_jobs(listener, lock, idle_seconds)
+        _accept_jobs(listener, lock, idle_seconds, compiles)
     finally:
         path.unlink(missing_ok=True)
         listener.close()
 
 
-def _accept_jobs(listener: socket.socket, lock, idle_seconds: float) -> None:
-    listener.settimeout(1.0)
+class _Compiles:
+    """The COMPILED modules' first compile, each in a process of its own. A job forked before they
+    end and that needs them (COMPILED_COMMANDS) waits for them in its own process, then loads the
+    code from numba's cache; the server loads it once they end, for the jobs forked after."""
+
+    def __init__(self):
+        # each process's stdout a pipe that nobody writes: a reader sees its end when the process ends
+        self.processes = [subprocess.Popen([sys.executable, "-c", f"import {name}; {name}.warm_up()"],
+                                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL) for name in COMPILED]
+        self.loaded = False
+
+    def load_when_done(self) -> bool:
+        """In the server: once every compile has ended, the compiled code loaded here (a failed
+        compile only leaves the compiling to warm_up). Whether it is loaded."""
+        if not self.loaded and all(process.poll() is not None for process in self.processes):
+            for process in self.processes:
+                process.stdout.close()
+            for name in COMPILED:
+                sys.modules[name].warm_up()
+            self.loaded = True
+        return self.loaded
+
+    def wait(self) -> None:
+        """In a job forked before the code was loaded: until every compile has ended."""
+        if not self.loaded:
+            for process in self.processes:
+                process.stdout.read()
+
+
+def _accept_jobs(listener: socket.socket, lock, idle_seconds: float, compiles: _Compiles) -> None:
     start_dir = os.getcwd()
     children, last_active = set(), time.monotonic()
     while children or time.monotonic() - last_active < idle_seconds:
+        listener.settimeout(1.0 if compiles.load_when_done() else 0.1)
         children -= _reaped(children)
         if children:
             last_active = time.monotonic()
@@ -245,7 +273,7 @@ def _accept_jobs(listener: socket.socket, lock, idle_seconds: float) -> None:
             lock.close()  # a job outliving a killed server must not keep new servers from starting
             listener.close()
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            _child(conn, start_dir)  # never returns
+            _child(conn, start_dir, compiles)  # never returns
         conn.close()
         children.add(pid)
         last_active = time.monotonic()
@@ -259,7 +287,7 @@ def _reaped(children: set[int]) -> set[int]:
     return done
 
 
-def _child(conn: socket.socket, start_dir: str) -> None:
+def _child(conn: socket.socket, start_dir: str, compiles: _Compiles) -> None:
     """Become the job: its stdio, cwd and environment; run it; report the exit code."""
     code = 1
     try:
@@ -277,6 +305,8 @@ def _child(conn: socket.socket, start_dir: str) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         conn.sendall(b"S")
         threading.Thread(target=_die_with_launcher, args=(conn,), daemon=True).start()
+        if request["argv"][:1] and request["argv"][0] in COMPILED_COMMANDS:
+            compiles.wait()
         code = _run_job(request["argv"])
         conn.sendall(HEADER.pack(code))
     finally:
