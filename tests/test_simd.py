@@ -16,10 +16,13 @@ def _exp_all(a, out):
 
 
 @numba.njit
-def _reductions(a):
-    # a (4, L): hsum of each row, hsum4 of the rows, hmax of row 0
+def _sums_and_max(a, sums):
+    # a (4, L): the rows' lane sums into sums[:4] (sums has room for them), the lanes' max of rows 0, 1
     v0, v1, v2, v3 = simd.load(a, (0, 0)), simd.load(a, (1, 0)), simd.load(a, (2, 0)), simd.load(a, (3, 0))
-    return (simd.hsum(v0), simd.hsum(v1), simd.hsum(v2), simd.hsum(v3)), simd.hsum4(v0, v1, v2, v3), simd.hmax(v0)
+    simd.store_hsum4(sums, 0, v0, v1, v2, v3)
+    out = np.empty(L, a.dtype)
+    simd.store(out, 0, simd.max(v0, v1))
+    return out
 
 
 @numba.njit
@@ -31,11 +34,6 @@ def _argmax_rows(z, out):
         for c in range(1, z.shape[0]):
             best, index = simd.argmax_step(best, index, simd.load(z, (c, s)), c)
         simd.store(out, s, index)
-
-
-@numba.njit
-def _first(a, n, fill, out):
-    simd.store(out, 0, simd.first(simd.load(a, 0), n, fill))
 
 
 @pytest.mark.parametrize("dtype, tolerance", [(np.float32, 2e-7), (np.float64, 1e-15)])
@@ -53,10 +51,11 @@ def test_exp_is_accurate_and_lets_nan_through(dtype, tolerance):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_sums_and_largest_of_lanes(dtype):
     a = np.random.default_rng(0).standard_normal((4, L)).astype(dtype)
-    sums, sums4, largest = _reductions(a)
-    np.testing.assert_allclose(sums, a.astype(np.float64).sum(1), rtol=1e-6)
-    assert sums4 == sums  # the same tree, shared
-    assert largest == a[0].max()
+    sums = np.full(L, -1, dtype)
+    largest = _sums_and_max(a, sums)
+    np.testing.assert_allclose(sums[:4], a.astype(np.float64).sum(1), rtol=1e-6)
+    assert (sums[4:] == -1).all()  # one store of four lanes
+    np.testing.assert_array_equal(largest, np.maximum(a[0], a[1]))
 
 
 def test_argmax_takes_the_first_largest_or_the_first_nan_as_torch():
@@ -68,9 +67,3 @@ def test_argmax_takes_the_first_largest_or_the_first_nan_as_torch():
     out = np.empty(z.shape[1], dtype=np.float32)
     _argmax_rows(z, out)
     np.testing.assert_array_equal(out, torch.from_numpy(z).argmax(0).numpy())
-
-
-def test_first_keeps_the_leading_lanes():
-    a, out = np.arange(L, dtype=np.float64), np.empty(L)
-    _first(a, 3, -1.0, out)
-    np.testing.assert_array_equal(out, [0, 1, 2] + [-1] * (L - 3))

@@ -17,11 +17,9 @@ the same code runs everywhere numba does.
     fma(a, b, c)      a * b + c (fused where the host has FMA: llvm.fmuladd)
     add, sub, mul, div  lane by lane
     max(a, b)         the larger, lane by lane (a NaN in a is dropped: callers let NaN through exp)
-    first(v, n, f)    lanes 0 .. n - 1 of v, f in the others
     argmax_step(b, i, z, c)  the running (largest, its index) after class c's z, torch's rule
-    hsum(v), hmax(v)  the lanes' sum or largest, as a fixed tree (the same order every call)
-    hsum4(a, b, c, d) four sums at once, the four trees sharing shuffles
-    store_hsum4(o, i, a, b, c, d)  the four sums stored at o[i:i + 4] in one store
+    store_hsum4(o, i, a, b, c, d)  the four vectors' lane sums stored at o[i:i + 4] in one store, as
+                      fixed trees (the same order every call) sharing their shuffles
     exp(v)            e ** v lane by lane: a polynomial for float32, libm's exp for float64
 """
 
@@ -156,32 +154,6 @@ def max(typingctx, a, b):  # noqa: A001 (simd.max, as the other lane-by-lane ope
     return a(a, b), codegen
 
 
-def _halves(builder, value, width):
-    index = ir.VectorType(ir.IntType(32), width // 2)
-    return (builder.shuffle_vector(value, value, ir.Constant(index, list(range(width // 2)))),
-            builder.shuffle_vector(value, value, ir.Constant(index, list(range(width // 2, width)))))
-
-
-def _tree(builder, value, combine):
-    # halves combined lane by lane until one lane is left: a fixed order
-    width = LANES
-    while width > 1:
-        value = combine(builder, *_halves(builder, value, width))
-        width //= 2
-    return builder.extract_element(value, ir.Constant(ir.IntType(32), 0))
-
-
-@intrinsic
-def hmax(typingctx, v):
-    if not isinstance(v, Vector):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return _tree(builder, args[0], _larger)
-
-    return v.dtype(v), codegen
-
-
 @intrinsic
 def argmax_step(typingctx, best, index, z, c):
     """(best, index) after class c's logits z, lane by lane: z is taken where it is larger than
@@ -201,21 +173,6 @@ def argmax_step(typingctx, best, index, z, c):
     return types.UniTuple(best, 2)(best, index, z, c), codegen
 
 
-@intrinsic
-def first(typingctx, v, n, fill):
-    """v's lanes 0 .. n - 1, fill in the others."""
-    if not (isinstance(v, Vector) and isinstance(n, types.Integer) and fill == v.dtype):
-        return None
-
-    def codegen(context, builder, signature, args):
-        lanes = ir.VectorType(ir.IntType(64), LANES)
-        count = _splat(builder, context.cast(builder, args[1], n, types.int64), lanes)
-        kept = builder.icmp_signed("<", ir.Constant(lanes, list(range(LANES))), count)
-        return builder.select(kept, args[0], _splat(builder, args[2], args[0].type))
-
-    return v(v, n, fill), codegen
-
-
 def _vector_intrinsic(builder, name, vector_type, count):
     lane = vector_type.element
     suffix = f"v{LANES}f{64 if isinstance(lane, ir.DoubleType) else 32}"
@@ -232,17 +189,6 @@ def fma(typingctx, a, b, c):
         return builder.call(_vector_intrinsic(builder, "fmuladd", args[0].type, 3), args)
 
     return a(a, b, c), codegen
-
-
-@intrinsic
-def hsum(typingctx, v):
-    if not isinstance(v, Vector):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return _tree(builder, args[0], lambda b, low, high: b.fadd(low, high))
-
-    return v.dtype(v), codegen
 
 
 def _pick(builder, a, b, lanes):
@@ -272,22 +218,8 @@ def _sums4(builder, a, b, c, d):
 
 
 @intrinsic
-def hsum4(typingctx, a, b, c, d):
-    """(hsum(a), hsum(b), hsum(c), hsum(d)), sharing the shuffles and additions of one tree."""
-    if not (isinstance(a, Vector) and a == b == c == d and LANES >= 4):
-        return None
-
-    def codegen(context, builder, signature, args):
-        value = _sums4(builder, *args)
-        sums = [builder.extract_element(value, ir.Constant(ir.IntType(32), i)) for i in range(4)]
-        return context.make_tuple(builder, signature.return_type, sums)
-
-    return types.UniTuple(a.dtype, 4)(a, b, c, d), codegen
-
-
-@intrinsic
 def store_hsum4(typingctx, out, index, a, b, c, d):
-    """out[index:index + 4] = hsum4(a, b, c, d), as one store (the four places must exist)."""
+    """out[index:index + 4] = the lane sums of a, b, c and d, as one store (the four places must exist)."""
     if not (_indexes(out, index) and isinstance(a, Vector) and a == b == c == d and a.dtype == out.dtype):
         return None
 
