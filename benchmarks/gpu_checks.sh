@@ -29,8 +29,14 @@ timeout 180 python3 -m pytest -q -p no:cacheprovider tests/test_cuda.py tests/te
 step "MCLR round on CUDA: the batched engine, the per-device loop and the torch oracle"
 timeout 100 python3 benchmarks/round_time.py --device cuda --rounds 3 --repeats 3
 
-step "LSTM rounds on CUDA: Sent140 at the paper's size (K=10, E=20); Shakespeare at E=1"
+step "LSTM rounds on CUDA: Sent140 at the paper's size (K=10, E=20); Shakespeare at E=1 (the loop at ~300 samples)"
 timeout 100 python3 benchmarks/lstm_round.py --device cuda --datasets sent140 --repeats 2
-timeout 150 python3 benchmarks/lstm_round.py --device cuda --datasets shakespeare --epochs 1
+timeout 100 python3 benchmarks/lstm_round.py --device cuda --datasets shakespeare --epochs 1 --engines batched
+timeout 120 python3 benchmarks/lstm_round.py --device cuda --datasets shakespeare --epochs 1 --samples 300
+
+step "the same machine's CPU (all its threads), batched"
+timeout 60 python3 benchmarks/lstm_round.py --device cpu --threads "$(nproc)" --datasets sent140 --engines batched
+timeout 60 python3 benchmarks/lstm_round.py --device cpu --threads "$(nproc)" --datasets shakespeare --epochs 1 \
+    --samples 300 --engines batched
 
 step done
