@@ -316,6 +316,7 @@ def test_load_reuses_its_memory_only_once_nothing_refers_to_it(tmp_path):
     (np.float32, (273, 60), "normal"), (np.int64, (8192,), "normal"), (np.int8, (5, 3), "normal"),
     (np.uint8, (7,), "ones"), (np.uint8, (1,), "normal"), (np.float32, (4, 2), "zeros"),
     (np.uint16, (40000,), "ones"),  # long runs of 0xffff: the largest sums
+    (np.uint8, (8193,), "normal"),  # an odd byte count past the vector blocks (2 of 2,048 words)
 ])
 def test_fletcher32_is_hdf5s(tmp_path, dtype, chunk, fill):
     """The compiled checksum accepts every chunk HDF5 wrote (odd byte counts, all zeros, all ones)

@@ -22,13 +22,14 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 
 # Lowest first. A module may import modules of its own layer or of lower ones, never of a higher one.
 LAYERS = [
-    # helpers that import nothing of fedsim above them; steps: E x ceil(n/B), shared by engine and cost
-    ("base", ["fedsim", "fedsim.atomic", "fedsim.records", "fedsim.steps"]),
+    # helpers that import nothing of fedsim above them; steps: E x ceil(n/B), shared by engine and cost;
+    # simd: the vector operations of the compiled loops (the kernel's, and data's checksums)
+    ("base", ["fedsim", "fedsim.atomic", "fedsim.records", "fedsim.steps", "fedsim.simd"]),
     ("registry", ["fedsim.methods"]),
     ("method modules", ["fedsim.methods.*"]),
     ("settings", ["fedsim.settings"]),
     ("data", ["fedsim.data", "fedsim.synthetic", "fedsim.download", "fedsim.leaf", "fedsim.leaf.*"]),
-    ("numerics", ["fedsim.authors", "fedsim.simd", "fedsim.kernel", "fedsim.shuffle", "fedsim.models", "fedsim.lstm", "fedsim.engine",
+    ("numerics", ["fedsim.authors", "fedsim.kernel", "fedsim.shuffle", "fedsim.models", "fedsim.lstm", "fedsim.engine",
                   "fedsim.metrics"]),
     ("run parts", ["fedsim.theory", "fedsim.checkpoint"]),
     ("run", ["fedsim.train"]),

@@ -67,3 +67,18 @@ def test_argmax_takes_the_first_largest_or_the_first_nan_as_torch():
     out = np.empty(z.shape[1], dtype=np.float32)
     _argmax_rows(z, out)
     np.testing.assert_array_equal(out, torch.from_numpy(z).argmax(0).numpy())
+
+
+@numba.njit
+def _be_words_plus(a, at, b):
+    # the big-endian words at bytes a[at:], plus b's lanes (uint32, wrapping)
+    out = np.empty(L, np.uint32)
+    simd.store(out, 0, simd.iadd(simd.load_be16(a, at), simd.load(b, 0)))
+    return out
+
+
+def test_big_endian_words_and_integer_lanes():
+    a = np.random.default_rng(2).integers(0, 256, 2 * L + 3, dtype=np.uint8)
+    b = np.full(L, 2 ** 32 - 1, np.uint32)
+    words = a[3:3 + 2 * L].view(">u2").astype(np.uint64)  # an odd, unaligned start
+    np.testing.assert_array_equal(_be_words_plus(a, 3, b), (words + 2 ** 32 - 1) % 2 ** 32)

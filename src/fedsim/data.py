@@ -421,6 +421,7 @@ RAW_BATCH_BYTES = 1 << 20  # raw chunks fetched, checked and unpacked this many 
 RAW_CHUNK_MAX = 1 << 24  # larger chunks go through HDF5 (the checksum's sums stay within 64 bits)
 _kernels = None  # (checksum, checksum and unpack), compiled at the first raw read
 _fletcher32_ok_compiled = None
+simd = None  # fedsim.simd, imported with numba at the first raw read (_compiled)
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
@@ -441,13 +442,34 @@ def _fletcher32_ok(row, nbytes):
     high byte of one more word, both sums reduced modulo 65535 to 1..65535 unless zero; stored
     little-endian; the byte-swapped value written by HDF5 < 1.6.3 also accepted, as HDF5 does).
 
-    The sum of prefix sums is taken in closed form, sum over words of (n - i) * w_i, in blocks of
-    256 words whose sums fit 32 bits (256 * 256 * 65535 < 2^32), which vectorises."""
+    The sum of prefix sums is taken in closed form, sum over words of (n - i) * w_i, in blocks whose
+    sums fit 32 bits: on little-endian hosts 256 x LANES words in vector lanes (fedsim.simd; each
+    lane's running sums, no multiply), elsewhere 256 words (256 * 256 * 65535 < 2^32)."""
     half = nbytes // 2
     s1 = np.uint64(0)
     s2 = np.uint64(0)
     done = 0
-    if nbytes % 2 == 0:  # rows then start at even addresses: read as 16-bit words
+    if _LITTLE_ENDIAN:
+        lanes = np.empty(2 * simd.LANES, np.uint32)
+        span = 256 * simd.LANES  # words a block: each lane's sums below stay within 32 bits
+        for k in range(half // span):
+            # lane l sums the words l, l + LANES, ...: a the words, b the running sums of a (so the
+            # word at step t counts 256 - t times), then sum_j (span - j) w_j = LANES sum b - sum l a_l
+            a = b = simd.splat(np.uint32(0))
+            for t in range(256):
+                a = simd.iadd(a, simd.load_be16(row, 2 * (span * k + simd.LANES * t)))
+                b = simd.iadd(b, a)
+            simd.store(lanes, 0, a)
+            simd.store(lanes, simd.LANES, b)
+            u1 = np.uint64(0)
+            u2 = np.uint64(0)
+            for lane in range(simd.LANES):
+                u1 += np.uint64(lanes[lane])
+                u2 += np.uint64(simd.LANES) * np.uint64(lanes[simd.LANES + lane]) - np.uint64(lane) * np.uint64(lanes[lane])
+            done = span * (k + 1)
+            s1 += u1
+            s2 += u2 + np.uint64(half - done) * u1
+    elif nbytes % 2 == 0:  # rows then start at even addresses: read as 16-bit words
         words = row[:2 * half].view(np.uint16)
         for k in range(half // 256):
             u1 = np.uint32(0)
@@ -516,9 +538,11 @@ def _compiled():
     """The loops above, compiled with numba at the first call and cached beside this file (as
     fedsim.kernel's); numba is imported here, so that opening a file and writing one need no
     compiler."""
-    global _kernels, _fletcher32_ok_compiled, _copy
+    global _kernels, _fletcher32_ok_compiled, _copy, simd
     if _kernels is None:
         import numba
+
+        from . import simd
         jit = numba.njit(cache=True, nogil=True)
         _fletcher32_ok_compiled = jit(_fletcher32_ok)  # the global the two below call
         _copy = jit(_copy)  # the global _check_and_unpack calls

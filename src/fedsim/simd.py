@@ -1,4 +1,4 @@
-"""Explicit SIMD vectors for numba-compiled code: a value type of LANES floats and the few
+"""Explicit SIMD vectors for numba-compiled code: a value type of LANES floats (or integers) and the few
 operations the MCLR kernel needs (fedsim.kernel).
 
 numba compiles without LLVM's SLP vectoriser, and its loop vectoriser keeps accumulators in
@@ -15,7 +15,8 @@ the same code runs everywhere numba does.
     splat(s)          s in every lane
     like(s, t)        s converted to t's float type
     fma(a, b, c)      a * b + c (fused where the host has FMA: llvm.fmuladd)
-    add, sub, mul, div  lane by lane
+    add, sub, mul, div  lane by lane; iadd for integer lanes
+    load_be16(a, i)   LANES big-endian 16-bit words at bytes a[i:] of a uint8 array, as uint32 lanes
     max(a, b)         the larger, lane by lane (a NaN in a is dropped: callers let NaN through exp)
     argmax_step(b, i, z, c)  the running (largest, its index) after class c's z, torch's rule
     store_hsum4(o, i, a, b, c, d)  the four vectors' lane sums stored at o[i:i + 4] in one store, as
@@ -48,8 +49,8 @@ class _VectorModel(models.PrimitiveModel):
 
 
 def _indexes(a, index) -> bool:
-    # a C-contiguous float array and an integer index (1-D) or a tuple of a.ndim integers
-    if not (isinstance(a, types.Array) and a.layout == "C" and isinstance(a.dtype, types.Float)):
+    # a C-contiguous float or integer array and an integer index (1-D) or a tuple of a.ndim integers
+    if not (isinstance(a, types.Array) and a.layout == "C" and isinstance(a.dtype, (types.Float, types.Integer))):
         return False
     if isinstance(index, types.Integer):
         return a.ndim == 1
@@ -100,7 +101,7 @@ def _splat(builder, value, vector_type):
 
 @intrinsic
 def splat(typingctx, s):
-    if not isinstance(s, types.Float):
+    if not isinstance(s, (types.Float, types.Integer)):
         return None
 
     def codegen(context, builder, signature, args):
@@ -136,6 +137,23 @@ def _binary(name):
 
 
 add, sub, mul, div = _binary("fadd"), _binary("fsub"), _binary("fmul"), _binary("fdiv")
+iadd = _binary("add")  # integer lanes, modulo 2 ** bits
+
+
+@intrinsic
+def load_be16(typingctx, a, index):
+    """The LANES big-endian 16-bit words at bytes a[index:index + 2 LANES] of a uint8 array, as
+    uint32 lanes (Fletcher-32's words: fedsim.data); unaligned."""
+    if not (_indexes(a, index) and a.dtype == types.uint8 and isinstance(index, types.Integer)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        words = ir.VectorType(ir.IntType(16), LANES)
+        pointer = builder.bitcast(_lane_pointer(context, builder, a, args[0], index, args[1]), words.as_pointer())
+        swap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(words, [words]), f"llvm.bswap.v{LANES}i16")
+        return builder.zext(builder.call(swap, [builder.load(pointer, align=1)]), ir.VectorType(ir.IntType(32), LANES))
+
+    return Vector(types.uint32)(a, index), codegen
 
 
 def _larger(builder, a, b):
