@@ -1,10 +1,13 @@
 """fedsim.simd: the vector operations the compiled kernel is written in, against numpy."""
 
+import hashlib
+from pathlib import Path
+
 import numba
 import numpy as np
 import pytest
 
-from fedsim import simd
+from fedsim import data, kernel, simd
 
 L = simd.LANES
 
@@ -82,3 +85,11 @@ def test_big_endian_words_and_integer_lanes():
     b = np.full(L, 2 ** 32 - 1, np.uint32)
     words = a[3:3 + 2 * L].view(">u2").astype(np.uint64)  # an odd, unaligned start
     np.testing.assert_array_equal(_be_words_plus(a, 3, b), (words + 2 ** 32 - 1) % 2 ** 32)
+
+
+def test_compiled_modules_name_the_simd_source_they_inline():
+    """numba's cache would keep their machine code after a simd edit (it keys on each function's
+    own file): each names the simd source it was compiled with, and an edit there must update it."""
+    digest = hashlib.sha256(Path(simd.__file__).read_bytes()).hexdigest()[:16]
+    for module in (kernel, data):
+        assert module.SIMD_SOURCE == digest, f"{module.__name__}.SIMD_SOURCE: set it to {digest!r} (simd changed)"

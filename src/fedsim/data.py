@@ -422,6 +422,10 @@ RAW_CHUNK_MAX = 1 << 24  # larger chunks go through HDF5 (the checksum's sums st
 _kernels = None  # (checksum, checksum and unpack), compiled at the first raw read
 _fletcher32_ok_compiled = None
 simd = None  # fedsim.simd, imported with numba at the first raw read (_compiled)
+# numba's cache keys compiled code on each function's own source file, not on fedsim.simd, whose
+# operations the checksum below inlines: as in fedsim.kernel, this names the simd source it was
+# compiled with (tests/test_simd.py checks it), so that a simd edit changes this file too.
+SIMD_SOURCE = "a083e8467616edca"
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
@@ -464,8 +468,9 @@ def _fletcher32_ok(row, nbytes):
             u1 = np.uint64(0)
             u2 = np.uint64(0)
             for lane in range(simd.LANES):
-                u1 += np.uint64(lanes[lane])
-                u2 += np.uint64(simd.LANES) * np.uint64(lanes[simd.LANES + lane]) - np.uint64(lane) * np.uint64(lanes[lane])
+                a_lane, b_lane = np.uint64(lanes[lane]), np.uint64(lanes[simd.LANES + lane])
+                u1 += a_lane
+                u2 += np.uint64(simd.LANES) * b_lane - np.uint64(lane) * a_lane
             done = span * (k + 1)
             s1 += u1
             s2 += u2 + np.uint64(half - done) * u1

@@ -36,6 +36,13 @@ import numpy as np
 from . import simd
 
 
+# numba's cache keys compiled code on the source file of each function alone, not on fedsim.simd
+# whose operations are inlined here: an edit there would leave this file's cached machine code in
+# use. So this names the simd source it was compiled with (its sha256, first 16 hex digits;
+# tests/test_simd.py checks it): updating it with each simd edit changes this file, and numba
+# recompiles it.
+SIMD_SOURCE = "a083e8467616edca"
+
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 
 

@@ -122,9 +122,9 @@ def like(typingctx, value, example):
     return example(value, example), codegen
 
 
-def _binary(name):
+def _binary(name, lanes=types.Float):
     def typer(typingctx, a, b):
-        if not (isinstance(a, Vector) and a == b):
+        if not (isinstance(a, Vector) and a == b and isinstance(a.dtype, lanes)):
             return None
 
         def codegen(context, builder, signature, args):
@@ -137,7 +137,7 @@ def _binary(name):
 
 
 add, sub, mul, div = _binary("fadd"), _binary("fsub"), _binary("fmul"), _binary("fdiv")
-iadd = _binary("add")  # integer lanes, modulo 2 ** bits
+iadd = _binary("add", types.Integer)  # modulo 2 ** bits
 
 
 @intrinsic
@@ -150,7 +150,8 @@ def load_be16(typingctx, a, index):
     def codegen(context, builder, signature, args):
         words = ir.VectorType(ir.IntType(16), LANES)
         pointer = builder.bitcast(_lane_pointer(context, builder, a, args[0], index, args[1]), words.as_pointer())
-        swap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(words, [words]), f"llvm.bswap.v{LANES}i16")
+        swap = cgutils.get_or_insert_function(builder.module, ir.FunctionType(words, [words]),
+                                              f"llvm.bswap.v{LANES}i16")
         return builder.zext(builder.call(swap, [builder.load(pointer, align=1)]), ir.VectorType(ir.IntType(32), LANES))
 
     return Vector(types.uint32)(a, index), codegen
