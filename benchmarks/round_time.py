@@ -30,6 +30,10 @@ when the method has one). It ignores that one device's steps are sequential, so 
 device bounds the batched engine from below: its step count is printed beside the oracle's
 depth. It is the bound for the batched engine (torch ops); the floor is the bound for the kernel.
 
+The kernel row's compiled call is also timed alone ("its compiled call": the plans, local problem
+and inputs made beforehand, no server update): the rest of the kernel row is what a round adds
+around the call.
+
 Share of the FMA peak (CPU only). A round's floating-point work is counted from the plans the
 kernel runs (fedsim.engine._stacked_plans: with the local problem's fixed step count where it
 has one), d = the model's weights per class (features + 1), C = classes, a multiply-add = 2 flops:
@@ -50,7 +54,8 @@ run on rows zero-padded to a multiple of 64 (64 for d = 61): the count is the us
 the padded. The step's work is what the update needs, not how the kernel writes it (it
 evaluates lr (g/|b| + c + mu (W - W0)) whatever the method). The floor's count is the same with
 its own plain-SGD terms (mu = 0, no correction, anchor or gradients): for FedAvg both counts are
-equal.
+equal. The call's share divides the kernel's count by the call's time: where the method asks for
+full gradients (G), made outside the call, it overstates.
 
 The peak is measured in the same process, after the rounds (benchmarks/peak.py): the best of 20
 calls of a compiled probe of 12 independent vector FMA chains (about 0.2 ms each), in float32
@@ -94,6 +99,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedsim.data import FederatedDataset  # noqa: E402
 from fedsim.engine import (SGDSettings, _stacked_plans, batch_plan, local_sgd_batched, local_sgd_kernel,  # noqa: E402
                            local_sgd_loop, local_steps)
+from fedsim import kernel  # noqa: E402
 from fedsim.kernel import padded  # noqa: E402
 from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
 from fedsim.metrics import evaluate  # noqa: E402
@@ -302,7 +308,18 @@ def main() -> None:
                            len(ctx.solvers), problem.mu, problem.correction is not None, problem.anchor is not None,
                            gradient_samples[0])
 
-    times = {"kernel": [], "engine": [], "loop": [], "oracle": [], "floor": [], "evaluation": []}
+    def kernel_call(ctx):
+        """The kernel round's compiled call alone: its plans, local problem and inputs made beforehand
+        (what a round adds around it is the rest of the kernel row)."""
+        problem = method.local_problem(ctx, method.init(params, len(sizes)))
+        rows, first, steps, order = _stacked_plans(train, np.asarray(ctx.solvers), settings, ctx.round, problem.steps)
+        correction = None if problem.correction is None else problem.correction.numpy()[order]
+        anchor = None if problem.anchor is None else problem.anchor.numpy()
+        x, y = train.kernel_inputs()
+        w0 = params.numpy()
+        return lambda: kernel.local_sgd(x, y, rows, first, steps, w0, correction, settings.lr, problem.mu, anchor)
+
+    times = {"kernel": [], "call": [], "engine": [], "loop": [], "oracle": [], "floor": [], "evaluation": []}
     flops = {"kernel": [], "floor": []}
     if data.device.type == "cpu":
         training_round(local_sgd_kernel, round_context(0))  # compile (or load the cache) before timing
@@ -317,6 +334,7 @@ def main() -> None:
         fns = {}
         if data.device.type == "cpu":
             fns["kernel"] = lambda: training_round(local_sgd_kernel, ctx)
+            fns["call"] = kernel_call(ctx)
             flops["kernel"].append(counted_round(ctx))
             floor_args = floor_inputs(train, np.asarray(ctx.solvers), settings, t, params, weights)
             floor(*floor_args)  # compile before timing
@@ -348,6 +366,8 @@ def main() -> None:
           f"oracle depth {statistics.mean(-(-s // k) for s in steps):.0f})")
     if "kernel" in mean:
         print(f"compiled kernel     {mean['kernel']:8.4f} s/round   (the CPU engine for MCLR)")
+        print(f"  its compiled call {mean['call']:8.4f} s/round   (alone: plans, local problem, inputs made "
+              f"beforehand; no server update)")
     print(f"batched engine      {mean['engine']:8.4f} s/round")
     print(f"per-device loop     {mean['loop']:8.4f} s/round")
     print(f"torch oracle        {mean['oracle']:8.4f} s/round   (batched lanes, no plans: the batched engine's bound)")
@@ -374,8 +394,8 @@ def main() -> None:
               f"float64 ({CHAINS} chains of {vector_bits()}-bit vectors, best of 20; {asm})")
         print(f"numpy sgemm         {sgemm / 1e9:8.1f} Gflop/s float32 on {blas_threads} BLAS thread(s) "
               f"= {100 * sgemm / peaks['float32']:.0f}% of the probe's peak (512 x 512, best of 20)")
-        for name, label in (("kernel", "kernel share"), ("floor", "floor share")):
-            rate = work[name] / mean[name]
+        for name, label in (("kernel", "kernel share"), ("call", "  its call's share"), ("floor", "floor share")):
+            rate = work["kernel" if name == "call" else name] / mean[name]
             print(f"{label:20s}{rate / 1e9:8.2f} Gflop/s = {100 * rate / peaks[dtype.name]:5.2f}% of the "
                   f"{dtype.name} FMA peak")
     fastest = mean.get("kernel", mean["engine"])
