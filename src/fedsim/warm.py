@@ -54,7 +54,7 @@ PRELOAD = ("torch", "numpy", "pandas", "h5py", "fedsim.cli", "fedsim.train", "fe
            "fedsim.figures", "fedsim.leaf", "fedsim.leaf.stats", "fedsim.synthetic", "fedsim.kernel",
            "fedsim.shuffle")
 COMPILED = ("fedsim.kernel", "fedsim.shuffle")  # preloaded modules whose warm_up() compiles their numba code
-COMPILED_COMMANDS = ("train",)  # the commands that call COMPILED code (a job of another that does compiles it)
+COMPILED_COMMANDS = ("train",)  # commands that call COMPILED code (another one that does compiles it itself)
 # Read once at import by torch and the BLAS libraries: a job with other values gets another server.
 IMPORT_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
               "NUMBA_CACHE_DIR")
