@@ -1,7 +1,7 @@
 """Scale: federated rounds over a large population, reading only each round's devices from the file.
 
     python benchmarks/scale.py [--data PATH] [--devices 100000] [--features 60] [--clients-per-round 1000]
-                               [--epochs 1] [--rounds 3] [--eval-devices 1000] [--method fedavg] [--threads 1]
+                               [--epochs 1] [--rounds 6] [--eval-devices 1000] [--method fedavg] [--threads 1]
                                [--compare]
 
 Synthetic (1,1) with --devices devices of --features features is generated first, by a child
@@ -9,12 +9,15 @@ process (so its memory does not count), at PATH (kept, and reused when it alread
 dataset) or in a temporary directory. Then one run trains with load=stream (each round reads its
 K devices from the file) and computes the metrics on a seeded sample of --eval-devices devices;
 printed: seconds per round (training with its reads, plus the evaluation that follows it; the
-mean over rounds after the first), the reading part of that and its share of the round, split
-into the file read (FederatedDataset.load: for MCLR on the CPU it writes the rows straight into the
-model's padded input buffer) and the rest of train.RunData.load (that buffer's bias and sentinel
-entries, and the page faults of rows no earlier round reached), the checksums' part of the file
-read, the evaluation part, the checks made once at open, the bytes read from disk (not served by
-the page cache), and this process's peak resident memory (RSS). Every part is the mean over the same rounds as the seconds per round.
+mean over the rounds after the first two, which each create one of the two input buffers a streamed
+run alternates between), what a round waits for its rows and its share of the round (the issue's
+reading figure: a round's rows are read on a second thread during the round before, see
+fedsim.train), and the read itself: train.RunData.load, split into the file read
+(FederatedDataset.load: for MCLR on the CPU it writes the rows straight into the model's padded
+input buffer) and the rest (that buffer's bias and sentinel entries), the checksums' part of the
+file read, the evaluation part, the checks made once at open, the bytes read from disk (not served
+by the page cache), and this process's peak resident memory (RSS). Every part is its mean over the
+same rounds (each runs once a round).
 Before the runs, the rows they will read are read once, so that they find them in the page cache
 (this machine's page cache keeps neither all of the 11 GB file nor always all of the 1 GB one).
 
@@ -176,30 +179,35 @@ def warm_page_cache(config: train.RunConfig) -> float:
 
 
 def measure(config: train.RunConfig, raw_chunks: bool) -> dict:
-    """One training run; seconds per steady round (all rounds after the first) and the means of its
-    parts over those rounds."""
+    """One training run; seconds per steady round (the rounds after the first two: each of those
+    creates one of the two input buffers a streamed run alternates between, whose pages fault in
+    once a run) and the means of its parts over those rounds: each part runs once a round (the read
+    for a round begins during the round before it, on the read-ahead thread)."""
     FederatedDataset.raw_chunks = raw_chunks
     stamps, blocks, events, fetched = [], [], [], []
     start = time.perf_counter()
     try:
-        with timed(train.RunData, "load", "reading", events), timed(FederatedDataset, "load", "file", events), \
-                timed(train, "evaluate", "evaluation", events), recorded_fetches(fetched):
+        with timed(train.RunData, "round_train", "waiting", events), timed(train.RunData, "load", "reading", events), \
+                timed(FederatedDataset, "load", "file", events), timed(train, "evaluate", "evaluation", events), \
+                recorded_fetches(fetched):
             metrics, record = train.run(config, on_round=lambda row: (stamps.append(time.perf_counter()),
                                                                       blocks.append(disk_blocks())))
     finally:
         FederatedDataset.raw_chunks = True
     rounds = [b - a for a, b in zip(stamps, stamps[1:])]
-    steady = rounds[1:] or rounds
+    steady = rounds[2:] or rounds[-1:]
     lo, hi = stamps[-1 - len(steady)], stamps[-1]  # the steady rounds' span
 
-    def per_round(kind):
-        return sum(seconds for k, begun, seconds in events if k == kind and lo <= begun < hi) / len(steady)
+    def per_call(kind):
+        times = [seconds for k, begun, seconds in events if k == kind and lo <= begun < hi]
+        return statistics.mean(times) if times else 0.0
     batches = [(name, ids) for begun, name, ids in fetched if lo <= begun < hi]
+    reads = max(1, sum(1 for k, begun, _ in events if k == "reading" and lo <= begun < hi))
     fetching, checking, size = replay_checksums(Path(config.data), batches) if batches else (0.0, 0.0, 0)
     return {"setup": stamps[0] - start, "rounds": rounds, "round": statistics.mean(steady),
-            **{kind: per_round(kind) for kind in ("reading", "file", "evaluation")},
-            "replay_fetch": fetching / len(steady), "checksums": checking / len(steady),
-            "chunk_bytes": size / len(steady), "disk": (blocks[-1] - blocks[-1 - len(steady)]) * 512 / len(steady),
+            **{kind: per_call(kind) for kind in ("waiting", "reading", "file", "evaluation")},
+            "replay_fetch": fetching / reads, "checksums": checking / reads,
+            "chunk_bytes": size / reads, "disk": (blocks[-1] - blocks[-1 - len(steady)]) * 512 / len(steady),
             "metrics": metrics, "record": record}
 
 
@@ -209,10 +217,13 @@ def disk_blocks() -> int:
 
 
 def report(m: dict, label: str, raw_chunks: bool) -> None:
-    share = m["reading"] / m["round"]
-    print(f"{label}seconds per round   {m['round']:7.2f}   (mean of rounds 2-{len(m['rounds'])}; all: "
+    share = m["waiting"] / m["round"]
+    print(f"{label}seconds per round   {m['round']:7.2f}   (mean of rounds 3-{len(m['rounds'])}; all: "
           f"{', '.join(f'{r:.2f}' for r in m['rounds'])})")
-    print(f"  reading devices   {m['reading']:7.3f}   = {100 * share:.0f} % of a round (target < 25 %)")
+    print(f"  reading devices   {m['waiting']:7.3f}   = {100 * share:.0f} % of a round (target < 25 %): what the round "
+          f"waits for its rows (RunData.round_train)")
+    print(f"  the read itself   {m['reading']:7.3f}   = {100 * m['reading'] / m['round']:.0f} % of a round: "
+          f"train.RunData.load, read ahead on a second thread while the previous round trains")
     print(f"    file            {m['file']:7.3f}   FederatedDataset.load: "
           f"{'raw checksummed chunks' if raw_chunks else 'through h5py (HDF5 checks the checksums)'}")
     if raw_chunks:
@@ -250,7 +261,7 @@ def main() -> None:
     parser.add_argument("--features", type=int, default=60)
     parser.add_argument("--clients-per-round", type=int, default=1000)
     parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--eval-devices", type=int, default=1000)
     parser.add_argument("--method", choices=["fedavg", "fedprox", "feddane"], default="fedavg")
     parser.add_argument("--mu", type=float, default=0.0)

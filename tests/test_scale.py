@@ -1,5 +1,7 @@
 """Large populations: training that reads only each round's devices, metrics on a device sample."""
 
+import threading
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -156,3 +158,60 @@ def test_streamed_rounds_in_reused_memory_give_the_in_memory_run(data, settings)
     memory, _ = run(config(data, load="memory", **many))
     stream, _ = run(config(data, load="stream", **many))
     pd.testing.assert_frame_equal(memory, stream, check_exact=True)
+
+
+def spy_loads(monkeypatch, fail_at=None):
+    """Record (thread name, devices) of every RunData.load of the train split; with `fail_at`, that
+    call (0 = the first) raises the error a damaged chunk gives."""
+    calls, load = [], train_module.RunData.load
+
+    def spied(self, split, devices=None, reuse=False):
+        if split == "train" and reuse:
+            calls.append((threading.current_thread().name, np.unique(devices)))
+            if len(calls) - 1 == fail_at:
+                raise ValueError(f"{self.dataset.path}: train data cannot be read back intact (Fletcher-32 "
+                                 "mismatch); the file is damaged: rebuild it")
+        return load(self, split, devices, reuse)
+    monkeypatch.setattr(train_module.RunData, "load", spied)
+    return calls
+
+
+def test_streamed_rounds_are_read_ahead_while_the_round_before_trains(data, monkeypatch):
+    """Round t + 1's devices are read on a second thread during round t, exactly those devices (the
+    second subset's too), once each; the run is the in-memory run bit for bit, and leaves no thread."""
+    settings = dict(rounds=5, second_subset="independent")
+    memory, _ = run(config(data, load="memory", **settings))
+    calls = spy_loads(monkeypatch)
+    stream, _ = run(config(data, load="stream", **settings))
+    pd.testing.assert_frame_equal(memory, stream, check_exact=True)
+    with FederatedDataset(data) as dataset:
+        sizes = dataset.train_sizes
+    cfg, gradients = config(data, **settings), train_module.get_method("feddane").gradients
+    wanted = [np.unique(np.concatenate(train_module.round_devices(cfg, gradients, t, sizes))) for t in range(5)]
+    assert len(calls) == 5
+    for t, ((thread, devices), want) in enumerate(zip(calls, wanted)):
+        np.testing.assert_array_equal(devices, want)
+        assert thread.startswith("fedsim-read-ahead") == (t > 0), (t, thread)
+    assert not [t for t in threading.enumerate() if t.name.startswith("fedsim-read-ahead")]
+
+
+def test_a_damaged_read_ahead_stops_the_round_that_needs_its_rows(data, monkeypatch):
+    """A read ahead that fails (a damaged chunk) raises its error when its round begins, as a read
+    made then would: the rounds before it were reported, and no thread is left behind."""
+    spy_loads(monkeypatch, fail_at=2)  # round 2's rows, read during round 1
+    reported = []
+    with pytest.raises(ValueError, match="tiny.h5: train data cannot be read back intact.*damaged"):
+        run(config(data, load="stream", rounds=5), on_round=lambda row: reported.append(row["round"]))
+    assert reported == [0, 1, 2]
+    assert not [t for t in threading.enumerate() if t.name.startswith("fedsim-read-ahead")]
+
+
+def test_a_round_asking_for_other_devices_than_read_ahead_reads_them_itself(data):
+    with FederatedDataset(data) as dataset:
+        run_data = train_module.RunData(config(data, load="stream", eval_devices=5), dataset)
+        run_data.round_train(np.array([0, 1]), upcoming=np.array([2, 3]))
+        got = run_data.round_train(np.array([4, 5]))  # not what was read ahead
+        want_x, want_y = kernel_layout(data, "train", [4, 5])
+        np.testing.assert_array_equal(got.kernel_x, want_x)
+        np.testing.assert_array_equal(got.y.numpy(), want_y)
+        run_data.close()

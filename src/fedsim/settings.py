@@ -113,7 +113,8 @@ class RunConfig:
                           help="where the numerics run (auto: a GPU where there is one)")
     dtype: str = setting("float32", role=NUMERICS, choices=DTYPE_NAMES, help="floating-point type of the numerics")
     threads: int = setting(1, role=EXECUTION, check=COUNT,
-                           help="torch threads for the data copies at load time (the numerics run on one)")
+                           help="torch threads for the data copies at load time (the numerics run on one; a streamed "
+                                "run reads the next round's rows on one more)")
     load: str = setting("auto", role=EXECUTION, choices=("auto", "memory", "stream"),
                         help="train split held in memory, or each round's devices read from the file "
                              "(auto: stream above 1 GiB)")

@@ -31,7 +31,10 @@ dimension: measured), and these small per-step ops are slower on two threads tha
 Scale: `load: stream` reads only each round's devices from the file instead of holding the
 train split (`auto` streams above STREAM_ABOVE_BYTES); `eval_devices` computes the metrics on
 a seeded sample of devices, drawn once per run. Both give the same numbers as holding
-everything, when the sample is all devices.
+everything, when the sample is all devices. Streamed, round t + 1's devices (known from (seed,
+t + 1) alone) are read on a second thread while round t trains and evaluates (RunData.round_train):
+the file read and its checksums release the GIL, as do the compiled kernel and torch, so on two
+cores the round waits only for what the read takes beyond the previous round's work.
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
 import h5py
@@ -181,8 +186,8 @@ class InputBuffer:
 class InputPool:
     """The per-round input buffers, reused from round to round once no Clients refers to them.
 
-    The training loop lets go of round t-1's Clients before it reads round t's, so one buffer serves
-    every round; a second is kept for a caller that holds on to the last round's. A round's ~100 MB
+    The training loop lets go of round t-1's Clients before it takes round t's; round t + 1's rows are
+    read ahead meanwhile, so two buffers serve every round, in turn (one, read round by round). A round's ~100 MB
     of fresh memory costs page faults on this project's (virtual) machine, as much as the read
     itself; reused memory costs none. The evaluation sample's buffers, which live for the whole
     run, never come from here.
@@ -226,6 +231,8 @@ class RunData:
         if self.stream and self.eval_ids is None and split_bytes > STREAM_ABOVE_BYTES:
             raise ValueError(f"bad run setting eval_devices=None: evaluating all {dataset.num_devices} devices "
                              f"would hold the whole train split ({split_bytes / 2**30:.1f} GiB); sample some")
+        # one read at a time (a read ahead runs on its own thread; the file's chunk buffers are shared)
+        self._reading, self._reader, self._ahead = threading.Lock(), None, None
         self.train = None if self.stream else self.load("train")
         self.eval_train = self.train if self.train is not None and self.eval_ids is None else \
             self.load("train", self.eval_ids)
@@ -239,6 +246,10 @@ class RunData:
         once nothing refers to them (a round's training rows; never the evaluation sample's).
         """
         devices = None if devices is None else np.unique(devices)
+        with self._reading:
+            return self._load(split, devices, reuse)
+
+    def _load(self, split: str, devices: np.ndarray | None, reuse: bool) -> Clients:
         if self.padded:
             return self.load_padded(split, devices, reuse)
         part = self.dataset.load(split, devices)
@@ -272,9 +283,31 @@ class RunData:
         return Clients(x=x, y=torch.from_numpy(buffer.y[:n + 1]), offsets=part.offsets, ids=devices,
                        kernel_x=buffer.x[:n + 1])
 
-    def round_train(self, devices: np.ndarray) -> Clients:
-        """Train rows holding at least `devices`."""
-        return self.train if self.train is not None else self.load("train", devices, reuse=True)
+    def round_train(self, devices: np.ndarray, upcoming: np.ndarray | None = None) -> Clients:
+        """Train rows holding at least `devices`; streamed, `upcoming` (the next round's devices) are
+        then read ahead on a second thread, and the next call for them waits for that read (and
+        raises what it raised: a damaged file stops the round that needs its rows, as before)."""
+        if self.train is not None:
+            return self.train
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None and np.array_equal(ahead.devices, np.unique(devices)):
+            clients = ahead.result()
+        else:
+            if ahead is not None:  # not this round's rows (a caller's own order): wait for it, drop it
+                ahead.exception()
+            clients = self.load("train", devices, reuse=True)
+        if upcoming is not None:
+            if self._reader is None:
+                self._reader = ThreadPoolExecutor(1, thread_name_prefix="fedsim-read-ahead")
+            self._ahead = self._reader.submit(self.load, "train", upcoming, True)
+            self._ahead.devices = np.unique(upcoming)
+        return clients
+
+    def close(self) -> None:
+        """Wait for a read ahead still running (its rows are not needed) and end its thread."""
+        if self._reader is not None:
+            self._reader.shutdown(wait=True)
+        self._reader = self._ahead = None
 
     def record(self) -> dict:
         sampled = self.eval_ids is not None
@@ -300,7 +333,10 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
                              f"{dataset.num_devices} devices")
         data = RunData(config, dataset)
         clock = {"local_sgd": 0.0, "evaluation": 0.0}
-        rows, diverged_round, resumed = _train(config, data, on_round, checkpoint, clock)
+        try:
+            rows, diverged_round, resumed = _train(config, data, on_round, checkpoint, clock)
+        finally:
+            data.close()  # before the file closes
         dataset_record = {"name": dataset.name, "kind": dataset.kind, "devices": dataset.num_devices,
                           "provenance": dataset.attrs.get("provenance")}
 
@@ -421,7 +457,9 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
             settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
         gradient_devices, solvers = round_devices(config, method.gradients, t, data.sizes)
         train = ctx = None  # let go of the last round's rows first: their memory takes this round's (InputPool)
-        train = data.round_train(np.concatenate([gradient_devices, solvers]))
+        upcoming = None if not data.stream or t + 1 == config.rounds else np.concatenate(
+            round_devices(config, method.gradients, t + 1, data.sizes))
+        train = data.round_train(np.concatenate([gradient_devices, solvers]), upcoming)
         ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
                            device_grads=device_grads_at(params, train), weights=weights, model=model,
                            mu=config.mu, seed=config.seed, options=config.options, lr=config.lr, sizes=data.sizes,
