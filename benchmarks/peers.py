@@ -51,7 +51,7 @@ from fedsim.data import FederatedDataset  # noqa: E402
 from fedsim.engine import SGDSettings, local_sgd_auto, local_steps  # noqa: E402
 from fedsim.methods import RoundContext, get_method  # noqa: E402
 from fedsim.synthetic import write_synthetic  # noqa: E402
-from fedsim.train import RunConfig, RunData, round_devices  # noqa: E402
+from fedsim.train import RunConfig, RunData, round_devices, server_weights  # noqa: E402
 from round_time import best_of  # noqa: E402  (benchmarks/ is the script's folder: on sys.path)
 
 
@@ -182,8 +182,7 @@ def main() -> None:
     client_data = [(train.x[a:b, :-1].clone(), train.y[a:b].clone()) for a, b in zip(train.offsets, train.offsets[1:])]
 
     def weights(devices):
-        n = torch.as_tensor(sizes[devices], dtype=params.dtype)
-        return n / n.sum()
+        return server_weights(sizes, devices, config.selection, params.dtype)
 
     def fedsim_round(ctx):
         state = method.init(params, len(sizes))

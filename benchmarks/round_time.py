@@ -104,7 +104,7 @@ from fedsim.kernel import padded  # noqa: E402
 from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
 from fedsim.metrics import evaluate  # noqa: E402
 from fedsim.synthetic import write_synthetic  # noqa: E402
-from fedsim.train import RunConfig, RunData, round_devices  # noqa: E402
+from fedsim.train import RunConfig, RunData, round_devices, server_weights  # noqa: E402
 from peak import CHAINS, fma_asm_check, fma_peak, sgemm_rate, vector_bits  # noqa: E402
 
 
@@ -272,8 +272,7 @@ def main() -> None:
     k = args.clients_per_round
 
     def weights(devices):
-        n = torch.as_tensor(sizes[devices], dtype=params.dtype, device=params.device)
-        return n / n.sum()
+        return server_weights(sizes, devices, config.selection, params.dtype, params.device)
 
     def round_context(t):
         gradient_devices, solvers = round_devices(config, method.gradients, t, sizes)

@@ -257,7 +257,9 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     anchor = None if problem.anchor is None else problem.anchor.numpy()
     out = kernel.local_sgd(*clients.kernel_inputs(), rows, first, steps, params.numpy(), correction, settings.lr,
                            problem.mu, anchor)
-    return torch.from_numpy(out[np.argsort(order)])
+    local = np.empty(out.shape, out.dtype)
+    local[order] = out  # in the devices' order, contiguous: the server's average reads it without a copy
+    return torch.from_numpy(local)
 
 
 def local_sgd_auto(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):

@@ -46,13 +46,14 @@ SIMD_SOURCE = "a083e8467616edca"
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _logits(x, rows, count, v, z):  # pragma: no cover (compiled)
     # z[c, i] = x[rows[i]] . v[c] for i < count and every row c of v (an even number), in blocks of
     # four samples (then two, then one) against two classes, so that each vector loaded serves
     # several multiply-adds; each block's dot products reduced by shared shuffles and stored four
     # columns at a time (z has columns to spare: a block's columns past `count` get scratch values)
-    # (one call site each: LLVM inlines them, and each site costs compile time)
+    # (one call site each, as each site costs compile time; inlined by numba: LLVM left _logits and
+    # _softmax as calls, each passing some 30 words of array descriptors a step)
     last = count - 1
     for i in range(0, count, 4):  # where fewer are left, the last sample repeated
         if count - i > 2:
@@ -75,7 +76,7 @@ def _logits_block4(x, r0, r1, r2, r3, v, z, i):  # pragma: no cover (compiled)
         simd.store_hsum4(z, (c + 1, i), b0, b1, b2, b3)
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _logits_block2(x, r0, r1, v, z, i):  # pragma: no cover (compiled)
     zero = z.dtype.type(0)
     for c in range(0, v.shape[0], 2):
@@ -105,7 +106,7 @@ def _scale(z, s, classes, factor):  # pragma: no cover (compiled)
         simd.store(z, (c, s), simd.mul(simd.load(z, (c, s)), factor))
 
 
-@numba.njit(**_JIT)
+@numba.njit(inline="always", **_JIT)
 def _softmax(z, count, classes):  # pragma: no cover (compiled)
     # columns i < count of z (a sample each, LANES at a time): softmax over the rows c < classes
     one = simd.splat(z.dtype.type(1))
