@@ -106,7 +106,7 @@ from fedsim.kernel import padded  # noqa: E402
 from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
 from fedsim.metrics import evaluate  # noqa: E402
 from fedsim.synthetic import write_synthetic  # noqa: E402
-from fedsim.train import RunConfig, RunData, round_devices, server_weights  # noqa: E402
+from fedsim.train import RunConfig, RunData, round_devices, round_weights  # noqa: E402
 from peak import CHAINS, fma_asm_check, fma_peak, sgemm_rate, vector_bits  # noqa: E402
 
 
@@ -283,19 +283,19 @@ def main() -> None:
     settings = SGDSettings(lr=0.01, epochs=args.epochs, batch_size=args.batch_size, seed=0)
     k = args.clients_per_round
 
-    def weights(devices):
-        return server_weights(sizes, devices, config.selection, params.dtype, params.device)
-
     def round_context(t):
         gradient_devices, solvers = round_devices(config, method.gradients, t, sizes)
         return RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
                             device_grads=lambda devices: model.device_grads(params, *train.subset(devices)),
-                            weights=weights, model=model, mu=args.mu, options=config.options, lr=settings.lr,
+                            weights=round_weights(sizes, solvers, config.selection, params.dtype, params.device),
+                            model=model, mu=args.mu, options=config.options, lr=settings.lr,
                             sizes=sizes, local_steps=lambda devices: local_steps(sizes[devices], settings))
 
     def training_round(engine, ctx, problems=None):
-        """What a run does between two evaluations: local problem, local SGD, server update
-        (the local problem appended to `problems` when given)."""
+        """What a run does between two evaluations: the round's weights, local problem, local SGD,
+        server update (the local problem appended to `problems` when given)."""
+        ctx = dataclasses.replace(ctx, weights=round_weights(sizes, ctx.solvers, config.selection, params.dtype,
+                                                             params.device))
         state = method.init(params, len(sizes))  # a fresh state each round: the timing is the same
         problem = method.local_problem(ctx, state)
         if problems is not None:
@@ -347,7 +347,7 @@ def main() -> None:
             fns["kernel"] = lambda: training_round(local_sgd_kernel, ctx)
             fns["call"] = kernel_call(ctx)
             flops["kernel"].append(counted_round(ctx))
-            floor_args = floor_inputs(train, np.asarray(ctx.solvers), settings, t, params, weights)
+            floor_args = floor_inputs(train, np.asarray(ctx.solvers), settings, t, params, ctx.weights)
             floor(*floor_args)  # compile before timing
             counts = floor_args[2]
             flops["floor"].append(round_flops(params.shape[0], params.shape[1], int(counts.sum()), len(counts),

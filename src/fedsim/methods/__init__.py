@@ -130,7 +130,9 @@ def weighted_average(stacked: torch.Tensor, weights: torch.Tensor) -> torch.Tens
     """sum_k weights[k] * stacked[k] over the leading device dimension."""
     import torch  # here, not at the top: see the module docstring
 
-    return torch.tensordot(weights.to(stacked.dtype), stacked, dims=1)
+    if weights.dtype != stacked.dtype:  # a no-op .to() still costs a dispatch, and rounds are short
+        weights = weights.to(stacked.dtype)
+    return torch.tensordot(weights, stacked, dims=1)
 
 
 def average_models(ctx: RoundContext, state: dict, local_models: torch.Tensor):
