@@ -150,7 +150,8 @@ def test_round_inputs_reuse_memory_once_let_go_and_never_the_evaluation_samples(
             assert not any(np.shares_memory(clients.kernel_x, b.x) for b in run_data.round_inputs.buffers)
 
 
-@pytest.mark.parametrize("settings", [{}, {"dtype": "float64", "theory": True, "method": "fedprox"}])
+@pytest.mark.parametrize("settings", [{}, {"dtype": "float64", "theory": True, "method": "fedprox"},
+                                      {"dtype": "float64", "threads": 2}])  # 2: copies on 2 threads, read ahead on 1
 def test_streamed_rounds_in_reused_memory_give_the_in_memory_run(data, settings):
     """Many rounds read into reused memory, metrics on a sample: the same run, bit for bit, as holding
     the train split (float64: the rows converted on their way into the padded layout)."""
@@ -165,13 +166,13 @@ def spy_loads(monkeypatch, fail_at=None):
     call (0 = the first) raises the error a damaged chunk gives."""
     calls, load = [], train_module.RunData.load
 
-    def spied(self, split, devices=None, reuse=False):
+    def spied(self, split, devices=None, reuse=False, copy_threads=True):
         if split == "train" and reuse:
-            calls.append((threading.current_thread().name, np.unique(devices)))
+            calls.append((threading.current_thread().name, np.unique(devices), copy_threads))
             if len(calls) - 1 == fail_at:
                 raise ValueError(f"{self.dataset.path}: train data cannot be read back intact (Fletcher-32 "
                                  "mismatch); the file is damaged: rebuild it")
-        return load(self, split, devices, reuse)
+        return load(self, split, devices, reuse, copy_threads)
     monkeypatch.setattr(train_module.RunData, "load", spied)
     return calls
 
@@ -189,9 +190,10 @@ def test_streamed_rounds_are_read_ahead_while_the_round_before_trains(data, monk
     cfg, gradients = config(data, **settings), train_module.get_method("feddane").gradients
     wanted = [np.unique(np.concatenate(train_module.round_devices(cfg, gradients, t, sizes))) for t in range(5)]
     assert len(calls) == 5
-    for t, ((thread, devices), want) in enumerate(zip(calls, wanted)):
+    for t, ((thread, devices, copy_threads), want) in enumerate(zip(calls, wanted)):
         np.testing.assert_array_equal(devices, want)
         assert thread.startswith("fedsim-read-ahead") == (t > 0), (t, thread)
+        assert copy_threads == (t == 0)  # a read ahead leaves torch's thread count alone
     assert not [t for t in threading.enumerate() if t.name.startswith("fedsim-read-ahead")]
 
 

@@ -95,8 +95,11 @@ def _compute_device(name: str) -> torch.device:
 
 
 @contextmanager
-def torch_threads(count: int):
-    """torch's intra-op thread count inside the block, restored after it."""
+def torch_threads(count: int | None):
+    """torch's intra-op thread count inside the block, restored after it (None: left as it is)."""
+    if count is None:
+        yield
+        return
     before = torch.get_num_threads()
     torch.set_num_threads(count)
     try:
@@ -238,31 +241,33 @@ class RunData:
             self.load("train", self.eval_ids)
         self.eval_test = self.load("test", self.eval_ids)
 
-    def load(self, split: str, devices=None, reuse: bool = False) -> Clients:
+    def load(self, split: str, devices=None, reuse: bool = False, copy_threads: bool = True) -> Clients:
         """Rows of `devices` (default: all) as model inputs on the compute device.
 
         Written once into their final tensors, sentinel row included: at 10^5 devices these
         copies are a visible part of a round. `reuse`: in memory a previous round's inputs had,
         once nothing refers to them (a round's training rows; never the evaluation sample's).
+        `copy_threads`: the copies on the run's `threads` torch threads; off for a read ahead,
+        since torch's thread count is the whole process's and the numerics run beside it on one.
         """
         devices = None if devices is None else np.unique(devices)
         with self._reading:
-            return self._load(split, devices, reuse)
+            return self._load(split, devices, reuse, self.threads if copy_threads else None)
 
-    def _load(self, split: str, devices: np.ndarray | None, reuse: bool) -> Clients:
+    def _load(self, split: str, devices: np.ndarray | None, reuse: bool, threads: int | None) -> Clients:
         if self.padded:
-            return self.load_padded(split, devices, reuse)
+            return self.load_padded(split, devices, reuse, threads)
         part = self.dataset.load(split, devices)
         n = len(part.y)
         x = torch.empty(n + 1, self.width, dtype=self.input_dtype)
         y = torch.empty(n + 1, dtype=torch.int64)
-        with torch_threads(self.threads):
+        with torch_threads(threads):
             self.model.prepare_inputs(torch.from_numpy(part.x), out=x[:n])
             y[:n] = torch.from_numpy(part.y)
         x[n], y[n] = 0, 0
         return Clients(x=x.to(self.device), y=y.to(self.device), offsets=part.offsets, ids=devices)
 
-    def load_padded(self, split: str, devices: np.ndarray | None, reuse: bool) -> Clients:
+    def load_padded(self, split: str, devices: np.ndarray | None, reuse: bool, threads: int | None) -> Clients:
         """load() for MCLR on the CPU: the rows in an InputBuffer, where the compiled kernel reads
         them (Clients.kernel_x); the model's x is a view of its first features + 1 columns, rows
         apart by the padded width (gathers from it are exact; a product over all of it can round
@@ -277,7 +282,7 @@ class RunData:
             part = self.dataset.load(split, devices, x_into=buffer.x, y_into=buffer.y)
         else:  # another dtype (float64 runs of a float32 file): converted in one pass
             part = self.dataset.load(split, devices, y_into=buffer.y)
-            with torch_threads(self.threads):
+            with torch_threads(threads):
                 torch.from_numpy(buffer.x)[:n, :features].copy_(torch.from_numpy(part.x).reshape(n, features))
         x = torch.from_numpy(buffer.x[:n + 1, :features + 1])
         return Clients(x=x, y=torch.from_numpy(buffer.y[:n + 1]), offsets=part.offsets, ids=devices,
@@ -299,7 +304,7 @@ class RunData:
         if upcoming is not None:
             if self._reader is None:
                 self._reader = ThreadPoolExecutor(1, thread_name_prefix="fedsim-read-ahead")
-            self._ahead = self._reader.submit(self.load, "train", upcoming, True)
+            self._ahead = self._reader.submit(self.load, "train", upcoming, True, False)
             self._ahead.devices = np.unique(upcoming)
         return clients
 
