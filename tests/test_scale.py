@@ -217,3 +217,24 @@ def test_a_round_asking_for_other_devices_than_read_ahead_reads_them_itself(data
         np.testing.assert_array_equal(got.kernel_x, want_x)
         np.testing.assert_array_equal(got.y.numpy(), want_y)
         run_data.close()
+
+
+def test_a_streamed_run_stopped_mid_round_resumes_to_the_same_metrics(data, tmp_path):
+    """A run stopped by an error while a read ahead is under way leaves no thread behind, and its
+    checkpoint continues it to the uninterrupted run's metrics (the first resumed round reads its
+    rows itself)."""
+    from fedsim.checkpoint import Checkpoint
+
+    settings = dict(load="stream", rounds=9, eval_devices=6)
+    reference, _ = run(config(data, **settings))
+
+    def stop_at_round_5(row):
+        if row["round"] == 5:
+            raise KeyboardInterrupt
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=2, seconds=0)
+    with pytest.raises(KeyboardInterrupt):
+        run(config(data, **settings), on_round=stop_at_round_5, checkpoint=checkpoint)
+    assert not [t for t in threading.enumerate() if t.name.startswith("fedsim-read-ahead")]
+    resumed, record = run(config(data, **settings), checkpoint=checkpoint)
+    assert record["result"]["resumed_from_round"] == 4
+    pd.testing.assert_frame_equal(resumed, reference, check_exact=True)
