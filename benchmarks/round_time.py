@@ -9,8 +9,8 @@ round trains the devices that round t selects, from the same initial model, with
 (the method's local problem, local SGD and server update: training only). The engines take
 turns within each repeat (so a burst of load elsewhere hits them alike), each timed call right
 after an untimed one of the same engine (warm caches; not for the slow per-device loop); every
-time is the best of --repeats tries, and of more (up to 40) for a row whose timed tries have taken
-under BUDGET seconds in all (the millisecond rows: on a shared machine a few tries of a 2 ms call
+time is the best of --repeats tries, and of more (up to MOST_TRIES) for a row whose timed tries have
+taken under BUDGET seconds in all (the millisecond rows: on a shared machine a few tries of a 2 ms call
 may all be disturbed), averaged over the rounds. Seconds depend on the machine and on
 what else runs on it; the ratios, measured within one process, are what compares across runs.
 
@@ -110,14 +110,18 @@ from fedsim.train import RunConfig, RunData, round_devices, round_weights  # noq
 from peak import CHAINS, fma_asm_check, fma_peak, sgemm_rate, vector_bits  # noqa: E402
 
 
-BUDGET = 0.25  # seconds of timed tries a row gets at least (best_of), within 40 tries
+BUDGET, MOST_TRIES = 0.25, 40  # seconds of timed tries a millisecond row gets at least, within this many
 
 
-def best_of(repeats: int, fns: dict, cold: tuple = (), budget: float = 0.0, most: int = 40) -> dict:
-    """Best time of each fn in `fns`, the fns taking turns: each timed `repeats` times, and those
-    whose timed calls have taken less than `budget` seconds in all again, up to `most` times (a
-    millisecond call on this shared machine needs more than a few tries to catch an undisturbed
-    one; a slow one has had them).
+def more_tries(times: list, repeats: int, budget: float) -> bool:
+    """Whether a row timed `times` so far takes another try: until `repeats`, then while its tries
+    have taken under `budget` seconds in all, up to MOST_TRIES (a millisecond call on this shared
+    machine needs more than a few tries to catch an undisturbed one; a slow one has had them)."""
+    return len(times) < repeats or (sum(times) < budget and len(times) < MOST_TRIES)
+
+
+def best_of(repeats: int, fns: dict, cold: tuple = (), budget: float = 0.0) -> dict:
+    """Best time of each fn in `fns`, the fns taking turns, each tried as `more_tries` says.
 
     Each timed call follows an untimed call of the same fn (except those named in `cold`), so no
     engine is timed on caches that the one before it (the per-device loop, the evaluation) has
@@ -125,8 +129,7 @@ def best_of(repeats: int, fns: dict, cold: tuple = (), budget: float = 0.0, most
     """
     times = {name: [] for name in fns}
     while True:
-        due = [name for name, values in times.items()
-               if len(values) < repeats or (sum(values) < budget and len(values) < most)]
+        due = [name for name, values in times.items() if more_tries(values, repeats, budget)]
         if not due:
             return {name: min(values) for name, values in times.items()}
         for name in due:
@@ -194,11 +197,12 @@ def floor(xb, yb, counts, first, steps, weights, v0, lr, local, average):  # pra
 def plan_seconds(train, settings, solver_sets, repeats: int, kernel_round) -> float:
     """Building round t's batch plans for the kernel (_stacked_plans: fedsim.shuffle), each timed
     call right after `kernel_round(t)` (as in a run: the caches hold the kernel's data, not the
-    plans'), best of `repeats` or more tries (as best_of), averaged over rounds 0, 1, ... with the device sets `solver_sets`."""
+    plans'), best of its tries (more_tries), averaged over rounds 0, 1, ... with the device sets
+    `solver_sets`."""
     best = []
     for t, devices in enumerate(solver_sets):
         times = []
-        while len(times) < repeats or (sum(times) < BUDGET and len(times) < 40):  # as best_of
+        while more_tries(times, repeats, BUDGET):
             kernel_round(t)
             start = time.perf_counter()
             _stacked_plans(train, np.asarray(devices), settings, t)
@@ -372,7 +376,8 @@ def main() -> None:
 
     print(f"Synthetic ({args.alpha:g},{args.beta:g}): {len(sizes)} devices, {int(sizes.sum())} training samples; "
           f"{args.method} mu={args.mu:g} K={k}, E={args.epochs}, B={args.batch_size}; {args.rounds} rounds, "
-          f"best of {args.repeats} tries or more (up to 40 within {BUDGET} s a row); {data.device}, {args.threads} thread(s), torch {torch.__version__}")
+          f"best of {args.repeats} tries or more (up to {MOST_TRIES} within {BUDGET} s a row); {data.device}, "
+          f"{args.threads} thread(s), torch {torch.__version__}")
     print(f"SGD steps per round   {statistics.mean(steps):7.0f} (longest device {statistics.mean(longest):.0f}, "
           f"oracle depth {statistics.mean(-(-s // k) for s in steps):.0f})")
     if "kernel" in mean:

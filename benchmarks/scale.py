@@ -187,9 +187,9 @@ def measure(config: train.RunConfig, raw_chunks: bool) -> dict:
     stamps, blocks, events, fetched = [], [], [], []
     start = time.perf_counter()
     try:
-        with timed(train.RunData, "round_train", "waiting", events), timed(train.RunData, "load", "reading", events), \
-                timed(FederatedDataset, "load", "file", events), timed(train, "evaluate", "evaluation", events), \
-                recorded_fetches(fetched):
+        with timed(train.RunData, "round_train", "waiting", events), \
+                timed(train.RunData, "load", "reading", events), timed(FederatedDataset, "load", "file", events), \
+                timed(train, "evaluate", "evaluation", events), recorded_fetches(fetched):
             metrics, record = train.run(config, on_round=lambda row: (stamps.append(time.perf_counter()),
                                                                       blocks.append(disk_blocks())))
     finally:
