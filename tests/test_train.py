@@ -94,6 +94,20 @@ def test_weighted_selection_follows_sample_counts():
     assert (draws == 3).mean() > 0.95  # with replacement, probability p_k = n_k / n
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_all_finite_finds_any_nan_or_inf_weight(dtype):
+    """The divergence check on the weights: one NaN or infinite weight anywhere is enough."""
+    import torch
+
+    weights = torch.zeros(7, 3, dtype=train.DTYPES[dtype])
+    assert train.all_finite(weights)
+    for bad in (math.nan, math.inf, -math.inf):
+        broken = weights.clone()
+        broken[6, 2] = bad
+        assert not train.all_finite(broken)
+        assert not train.all_finite(broken.t())  # a transposed view, as some methods hand over
+
+
 def test_divergence_stops_cleanly_and_keeps_the_metrics(data, tmp_path):
     metrics, record = run(config(data, method="feddane", mu=0.0, lr=1e38, rounds=10))
     stop = record["result"]["diverged_round"]

@@ -35,18 +35,18 @@ def _mean_stats(stats, rows: int) -> tuple[float, float]:
 
 
 def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict[str, float]:
+    if kernel_fits(model, params):  # MCLR on the CPU: one compiled pass per split, then numpy
+        train_stats, test_stats = kernel_stats(params, train, as_numpy=True), kernel_stats(params, test, with_grads=False)
+        train_loss, train_acc = _mean_stats(train_stats, len(train.y) - 1)  # the padding row left out
+        test_loss, test_acc = _mean_stats(test_stats, len(test.y) - 1)
+        grads = train_stats[2].reshape(len(train_stats[2]), -1)  # torch's per-op cost was 10x numpy's here
+        return {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
+                **_dissimilarities(grads, (train.sizes / train.sizes.sum()).astype(grads.dtype))}
     x, y = train.x[:-1], train.y[:-1]  # drop the padding row
     if hasattr(model, "stats"):  # the LSTMs: chunked (bounded memory), their own loss and accuracy
         (train_loss, train_acc), (test_loss, test_acc) = model.stats(params, x, y), \
             model.stats(params, test.x[:-1], test.y[:-1])
         grads = model.device_grads(params, x, y, train.offsets)  # approximate: see fedsim.lstm
-    elif kernel_fits(model, params):  # MCLR on the CPU: one compiled pass per split, then numpy
-        train_stats, test_stats = kernel_stats(params, train, as_numpy=True), kernel_stats(params, test, with_grads=False)
-        train_loss, train_acc = _mean_stats(train_stats, len(y))
-        test_loss, test_acc = _mean_stats(test_stats, len(test.y) - 1)
-        grads = train_stats[2].reshape(len(train_stats[2]), -1)  # torch's per-op cost was 10x numpy's here
-        return {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
-                **_dissimilarities(grads, (train.sizes / train.sizes.sum()).astype(grads.dtype))}
     else:
         logits = model.logits(params, x)  # shared by the training loss and the local gradients
         train_loss, train_acc = _loss_and_accuracy(logits, y)
