@@ -177,9 +177,11 @@ def spy_loads(monkeypatch, fail_at=None):
     return calls
 
 
-def test_streamed_rounds_are_read_ahead_while_the_round_before_trains(data, monkeypatch):
+@pytest.mark.parametrize("draw_ahead", [train_module.DRAW_AHEAD, 2])  # 2: round t + 1 often in the next block
+def test_streamed_rounds_are_read_ahead_while_the_round_before_trains(data, monkeypatch, draw_ahead):
     """Round t + 1's devices are read on a second thread during round t, exactly those devices (the
     second subset's too), once each; the run is the in-memory run bit for bit, and leaves no thread."""
+    monkeypatch.setattr(train_module, "DRAW_AHEAD", draw_ahead)
     settings = dict(rounds=5, second_subset="independent")
     memory, _ = run(config(data, load="memory", **settings))
     calls = spy_loads(monkeypatch)

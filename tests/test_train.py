@@ -94,6 +94,16 @@ def test_weighted_selection_follows_sample_counts():
     assert (draws == 3).mean() > 0.95  # with replacement, probability p_k = n_k / n
 
 
+def test_devices_drawn_rounds_ahead_give_the_same_run(data, monkeypatch):
+    """A run draws its rounds' devices DRAW_AHEAD rounds at a time: one at a time, or in blocks that
+    end mid-run, it is the same run (both subsets of FedDANE's rounds)."""
+    settings = dict(method="feddane", mu=0.1, rounds=7, second_subset="independent")
+    usual, _ = run(config(data, **settings))
+    for draw_ahead in (1, 3):
+        monkeypatch.setattr(train, "DRAW_AHEAD", draw_ahead)
+        pd.testing.assert_frame_equal(usual, run(config(data, **settings))[0], check_exact=True)
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_all_finite_finds_any_nan_or_inf_weight(dtype):
     """The divergence check on the weights: one NaN or infinite weight anywhere is enough."""

@@ -70,6 +70,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64}  # the same dtypes as numpy's scalar types
 ON_CPU = ("epochs_done", "counts")  # run state that stays on the CPU whatever the device
 STREAM_ABOVE_BYTES = 1 << 30  # `load: auto` streams a train split larger than this (as model inputs)
+DRAW_AHEAD = 16  # rounds whose devices are drawn together (bounded: a method asking every device holds all of them)
 
 
 def select_devices(seed: int, round_: int, stream: int, k: int, sizes: np.ndarray, selection: str) -> np.ndarray:
@@ -438,10 +439,18 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         start, params, rows, state = saved
         state = {k: v if k in ON_CPU else v.to(params.device) for k, v in state.items()}
         counts.update(zip(counts, state["counts"].tolist()))
-    # Every round's devices, drawn before the first (each draw a pure function of the seed and round):
-    # drawn in the loop, right after a round's compiled kernel had filled the caches, the draws took
-    # 2.5 times as long (Synthetic (1,1), FedAvg, 200 rounds: 32 against 13 ms a run, 2026-11-26)
-    drawn = {t: round_devices(config, method.gradients, t, data.sizes) for t in range(start, config.rounds)}
+    drawn = {}
+
+    def devices_of(t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Round t's (gradient devices, solvers), drawn DRAW_AHEAD rounds at a time (each a pure function
+        of the seed and round): one at a time, right after a round's compiled kernel had filled the
+        caches, the draws took 2.5 times as long (Synthetic (1,1), FedAvg, 200 rounds: 32 against 13 ms)."""
+        if t not in drawn:
+            drawn.clear()
+            drawn.update({s: round_devices(config, method.gradients, s, data.sizes)
+                          for s in range(t, min(t + DRAW_AHEAD, config.rounds))})
+        return drawn[t]
+
     for t in range(start, config.rounds + 1):
         if checkpoint is not None and checkpoint.due(t, start):
             state["counts"] = torch.tensor(list(counts.values()), dtype=torch.int64)
@@ -459,9 +468,9 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
             return rows, None, (start or None)
         if config.rng == "authors":
             settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
-        gradient_devices, solvers = drawn[t]
+        gradient_devices, solvers = devices_of(t)
         train = ctx = None  # let go of the last round's rows first: their memory takes this round's (InputPool)
-        upcoming = None if not data.stream or t + 1 == config.rounds else np.concatenate(drawn[t + 1])
+        upcoming = None if not data.stream or t + 1 == config.rounds else np.concatenate(devices_of(t + 1))
         train = data.round_train(np.concatenate([gradient_devices, solvers]), upcoming)
         ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
                            device_grads=device_grads_at(params, train), model=model,
