@@ -18,7 +18,7 @@ shuffle per device, round and epoch, so they agree to rounding):
   benchmark baseline.
 
 Whatever the engine, MCLR's full local gradients (FedDANE's correction, the metrics) come from
-one compiled pass on the CPU (`device_grads`, `kernel_stats`), the model's torch ops elsewhere.
+one compiled pass on the CPU (`device_grads`, `kernel_grads`), the model's torch ops elsewhere.
 
 Devices are named by their index in the dataset everywhere (selection, shuffling seeds);
 a `Clients` may hold only some of them (`ids`), as when a round's devices are read from
@@ -272,31 +272,35 @@ def device_grads(model, params, clients: Clients, devices) -> torch.Tensor:
     """Full local gradients grad F_k(params) of `devices` (dataset indices), (devices, *params.shape):
     the compiled kernel for MCLR on the CPU (no copy of their rows), the model's own otherwise."""
     if kernel_fits(model, params):
-        return kernel_stats(params, clients, clients.locate(devices))[2]
+        return kernel_grads(params, clients, clients.locate(devices))
     return model.device_grads(params, *clients.subset(devices))
 
 
 def all_device_grads(model, params, clients: Clients) -> torch.Tensor:
     """grad F_k(params) of every device `clients` holds, in its order, (devices, *params.shape)."""
     if kernel_fits(model, params):
-        return kernel_stats(params, clients)[2]
+        return kernel_grads(params, clients)
     return model.device_grads(params, clients.x[:-1], clients.y[:-1], clients.offsets)
 
 
-def kernel_stats(params, clients: Clients, positions=None, with_grads: bool = True, as_numpy: bool = False):
-    """(summed loss, correct count, mean gradient or None) of the held devices at `positions` (all by
-    default), MCLR on the CPU, in one compiled pass over their rows (fedsim.kernel.device_stats); the
-    gradients as a tensor, or with `as_numpy` a numpy array."""
+def kernel_grads(params, clients: Clients, positions=None) -> torch.Tensor:
+    """Mean loss gradients (devices, *params.shape) of the held devices at `positions` (all by default),
+    MCLR on the CPU, in one compiled pass over their rows (fedsim.kernel.device_stats)."""
     from . import kernel
 
     positions = np.arange(len(clients.offsets) - 1) if positions is None else positions
     starts, stops = clients.offsets[positions], clients.offsets[positions + 1]
-    loss, correct, sums = kernel.device_stats(*clients.kernel_inputs(), starts, stops, params.numpy(), with_grads)
-    if sums is None:
-        return loss, correct, None
-    counts = np.maximum(stops - starts, 1).astype(sums.dtype)
-    means = sums / counts[:, None, None]
-    return loss, correct, (means if as_numpy else torch.from_numpy(means))
+    sums = kernel.device_stats(*clients.kernel_inputs(), starts, stops, params.numpy())[2]
+    return torch.from_numpy(sums / np.maximum(stops - starts, 1).astype(sums.dtype)[:, None, None])
+
+
+def kernel_evaluation(params, train: Clients, test: Clients) -> list[float]:
+    """fedsim.metrics' six numbers (its COLUMNS, in order) at `params`, MCLR on the CPU, in one compiled
+    call over both splits (fedsim.kernel.evaluation)."""
+    from . import kernel
+
+    return kernel.evaluation(*train.kernel_inputs(), train.offsets, *test.kernel_inputs(), test.offsets,
+                             params.numpy())
 
 
 def kernel_fits(model, params) -> bool:

@@ -1,5 +1,6 @@
-"""MCLR local SGD compiled for one CPU core (numba): the CPU engine for MCLR datasets, and the
-per-device losses, accuracies and gradients that evaluation and FedDANE's correction term need.
+"""MCLR local SGD compiled for one CPU core (numba): the CPU engine for MCLR datasets, the
+per-device gradients that FedDANE's correction term and its successors need, and a round's metrics
+(losses, accuracies, dissimilarities) in one call.
 
 The batched torch engine spends most of a round in per-op overhead: ~17,000 small torch calls
 of tens of microseconds each against ~0.1 us of arithmetic, and most of its sequential steps
@@ -250,6 +251,59 @@ def _device_stats(x, y, starts, stops, v, classes, loss, correct, grads):  # pra
                         simd.store(grads, (j, c, d + at * L), g[at])
 
 
+@numba.njit(**_JIT)
+def _evaluation(x, y, offsets, test_x, test_y, test_offsets, v, classes, features, out):  # pragma: no cover
+    # out <- fedsim.metrics' six numbers at V: both splits' per-device stats (_device_stats), summed
+    # over devices and divided by the rows held; then the dissimilarities of the devices' mean
+    # gradients m_j (float64) with weights p_j = n_j / n: the plain mean of ||m_j - sum_k p_k m_k||^2,
+    # and sum_j p_j ||m_j||^2 / ||sum_k p_k m_k||^2 (NaN where the latter's denominator is not > 0)
+    devices = offsets.shape[0] - 1
+    loss, correct = np.empty(devices), np.empty(devices, dtype=np.int64)
+    sums = np.empty((devices, v.shape[0], x.shape[1]), dtype=v.dtype)
+    _device_stats(x, y, offsets[:-1], offsets[1:], v, classes, loss, correct, sums)
+    test_devices = test_offsets.shape[0] - 1
+    test_loss, test_correct = np.empty(test_devices), np.empty(test_devices, dtype=np.int64)
+    _device_stats(test_x, test_y, test_offsets[:-1], test_offsets[1:], v, classes, test_loss, test_correct,
+                  np.empty((0, v.shape[0], x.shape[1]), dtype=v.dtype))
+    rows, test_rows = max(y.shape[0] - 1, 1), max(test_y.shape[0] - 1, 1)  # the padding row left out
+    out[0], out[1] = loss.sum() / rows, correct.sum() / rows
+    out[2], out[3] = test_loss.sum() / test_rows, test_correct.sum() / test_rows
+    total = max(offsets[devices] - offsets[0], 1)
+    mean = np.zeros((classes, features))
+    for j in range(devices):
+        count = offsets[j + 1] - offsets[j]
+        share, per = count / total, 1.0 / max(count, 1)
+        for c in range(classes):
+            for f in range(features):
+                mean[c, f] += share * (sums[j, c, f] * per)
+    mean_sq, spread, weighted = 0.0, 0.0, 0.0
+    for c in range(classes):
+        for f in range(features):
+            mean_sq += mean[c, f] * mean[c, f]
+    for j in range(devices):
+        count = offsets[j + 1] - offsets[j]
+        share, per = count / total, 1.0 / max(count, 1)
+        for c in range(classes):
+            for f in range(features):
+                g = sums[j, c, f] * per
+                spread += (g - mean[c, f]) * (g - mean[c, f])
+                weighted += share * g * g
+    out[4] = spread / devices if devices > 0 else np.nan
+    out[5] = weighted / mean_sq if mean_sq > 0 else np.nan
+
+
+def evaluation(x: np.ndarray, y: np.ndarray, offsets: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
+               test_offsets: np.ndarray, w: np.ndarray) -> list[float]:
+    """fedsim.metrics.COLUMNS at weights w (features + 1, classes), in that order, in one call: the
+    devices owning rows offsets[j]:offsets[j + 1] of x (as `padded` gives it, its last row the
+    sentinel), and of test_x. (One call, not numpy over device_stats: after a round of local SGD each of
+    some forty small numpy calls cost about 10 us, most of the metrics' time.)"""
+    features, classes = w.shape
+    out = np.empty(6)
+    _evaluation(x, y, offsets, test_x, test_y, test_offsets, _transposed(w, x.shape[1]), classes, features, out)
+    return out.tolist()
+
+
 def _transposed(w: np.ndarray, width: int, rows: int | None = None) -> np.ndarray:
     """w (features, classes) as the kernel holds weights: V = W^T, zero-padded to an even number
     of rows (or `rows`) and `width` columns."""
@@ -283,6 +337,8 @@ def warm_up() -> None:
         local_sgd(x, np.zeros(3, np.int64), np.array([[0, 2]]), np.array([0]), np.array([1]), np.zeros((2, 2), dtype),
                   None, 0.1, 0.0)
         device_stats(x, np.zeros(3, np.int64), np.array([0]), np.array([2]), np.zeros((2, 2), dtype))
+        offsets = np.array([0, 2])
+        evaluation(x, np.zeros(3, np.int64), offsets, x, np.zeros(3, np.int64), offsets, np.zeros((2, 2), dtype))
 
 
 TILE = 8 * simd.LANES  # features a class's gradient keeps in registers: eight vectors

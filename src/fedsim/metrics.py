@@ -10,8 +10,8 @@
 
 For the LSTM models the local gradients are the reference's approximation (at most 4 batches
 of 50 samples per device, fedsim.lstm) and the losses are computed in chunks of rows. For MCLR
-on the CPU one compiled pass per split gives the losses, accuracies and local gradients
-(fedsim.kernel.device_stats; equal to the torch ops to rounding, tests/test_engine.py).
+on the CPU one compiled call gives all six (fedsim.kernel.evaluation, the dissimilarities summed in
+float64; equal to the torch ops to rounding, tests/test_engine.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .engine import Clients, kernel_fits, kernel_stats
+from .engine import Clients, kernel_evaluation, kernel_fits
 
 COLUMNS = ["train_loss", "train_acc", "test_loss", "test_acc", "grad_dissimilarity", "b_dissimilarity"]
 
@@ -29,19 +29,9 @@ def _loss_and_accuracy(logits: torch.Tensor, y: torch.Tensor) -> tuple[float, fl
     return F.cross_entropy(logits, y, reduction="sum").item() / n, (logits.argmax(-1) == y).sum().item() / n
 
 
-def _mean_stats(stats, rows: int) -> tuple[float, float]:
-    loss, correct, _ = stats
-    return float(loss.sum()) / max(rows, 1), int(correct.sum()) / max(rows, 1)
-
-
 def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict[str, float]:
-    if kernel_fits(model, params):  # MCLR on the CPU: one compiled pass per split, then numpy
-        train_stats, test_stats = kernel_stats(params, train, as_numpy=True), kernel_stats(params, test, with_grads=False)
-        train_loss, train_acc = _mean_stats(train_stats, len(train.y) - 1)  # the padding row left out
-        test_loss, test_acc = _mean_stats(test_stats, len(test.y) - 1)
-        grads = train_stats[2].reshape(len(train_stats[2]), -1)  # torch's per-op cost was 10x numpy's here
-        return {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
-                **_dissimilarities(grads, (train.sizes / train.sizes.sum()).astype(grads.dtype))}
+    if kernel_fits(model, params):  # MCLR on the CPU: all of it one compiled call
+        return dict(zip(COLUMNS, kernel_evaluation(params, train, test)))
     x, y = train.x[:-1], train.y[:-1]  # drop the padding row
     if hasattr(model, "stats"):  # the LSTMs: chunked (bounded memory), their own loss and accuracy
         (train_loss, train_acc), (test_loss, test_acc) = model.stats(params, x, y), \
