@@ -285,12 +285,12 @@ def all_device_grads(model, params, clients: Clients) -> torch.Tensor:
 
 def kernel_grads(params, clients: Clients, positions=None) -> torch.Tensor:
     """Mean loss gradients (devices, *params.shape) of the held devices at `positions` (all by default),
-    MCLR on the CPU, in one compiled pass over their rows (fedsim.kernel.device_stats)."""
+    MCLR on the CPU, in one compiled pass over their rows (fedsim.kernel.summed_grads)."""
     from . import kernel
 
     positions = np.arange(len(clients.offsets) - 1) if positions is None else positions
     starts, stops = clients.offsets[positions], clients.offsets[positions + 1]
-    sums = kernel.device_stats(*clients.kernel_inputs(), starts, stops, params.numpy())[2]
+    sums = kernel.summed_grads(*clients.kernel_inputs(), starts, stops, params.numpy())
     return torch.from_numpy(sums / np.maximum(stops - starts, 1).astype(sums.dtype)[:, None, None])
 
 

@@ -296,7 +296,7 @@ def evaluation(x: np.ndarray, y: np.ndarray, offsets: np.ndarray, test_x: np.nda
                test_offsets: np.ndarray, w: np.ndarray) -> list[float]:
     """fedsim.metrics.COLUMNS at weights w (features + 1, classes), in that order, in one call: the
     devices owning rows offsets[j]:offsets[j + 1] of x (as `padded` gives it, its last row the
-    sentinel), and of test_x. (One call, not numpy over device_stats: after a round of local SGD each of
+    sentinel), and of test_x. (One call, not numpy over summed_grads: after a round of local SGD each of
     some forty small numpy calls cost about 10 us, most of the metrics' time.)"""
     features, classes = w.shape
     out = np.empty(6)
@@ -313,18 +313,16 @@ def _transposed(w: np.ndarray, width: int, rows: int | None = None) -> np.ndarra
     return v
 
 
-def device_stats(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray, w: np.ndarray,
-                 with_grads: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def summed_grads(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.ndarray, w: np.ndarray) -> np.ndarray:
     """Per device (rows starts[j]:stops[j] of x, as `padded` gives it) at weights w (features + 1,
-    classes): the summed cross-entropy (float64), the count of correct predictions and, with
-    `with_grads`, the summed loss gradient (devices, features + 1, classes), in w's dtype."""
+    classes): the summed loss gradient (devices, features + 1, classes), in w's dtype."""
     features, classes = w.shape
     v = _transposed(w, x.shape[1])
     devices = len(starts)
-    loss, correct = np.empty(devices), np.empty(devices, dtype=np.int64)
-    grads = np.empty((devices if with_grads else 0, *v.shape), dtype=w.dtype)
-    _device_stats(x, y, np.asarray(starts, np.int64), np.asarray(stops, np.int64), v, classes, loss, correct, grads)
-    return loss, correct, (grads[:, :classes, :features].transpose(0, 2, 1) if with_grads else None)
+    grads = np.empty((devices, *v.shape), dtype=w.dtype)
+    _device_stats(x, y, np.asarray(starts, np.int64), np.asarray(stops, np.int64), v, classes, np.empty(devices),
+                  np.empty(devices, dtype=np.int64), grads)
+    return grads[:, :classes, :features].transpose(0, 2, 1)
 
 
 def warm_up() -> None:
@@ -336,7 +334,7 @@ def warm_up() -> None:
         x = padded(np.zeros((3, 2), dtype))
         local_sgd(x, np.zeros(3, np.int64), np.array([[0, 2]]), np.array([0]), np.array([1]), np.zeros((2, 2), dtype),
                   None, 0.1, 0.0)
-        device_stats(x, np.zeros(3, np.int64), np.array([0]), np.array([2]), np.zeros((2, 2), dtype))
+        summed_grads(x, np.zeros(3, np.int64), np.array([0]), np.array([2]), np.zeros((2, 2), dtype))
         offsets = np.array([0, 2])
         evaluation(x, np.zeros(3, np.int64), offsets, x, np.zeros(3, np.int64), offsets, np.zeros((2, 2), dtype))
 
