@@ -417,7 +417,7 @@ def main() -> None:
     fastest = mean.get("kernel", mean["engine"])
     share = mean["evaluation"] / (mean["evaluation"] + fastest)
     print(f"evaluation          {mean['evaluation']:8.4f} s = {100 * share:.1f}% of a round "
-          f"(fastest training + evaluation; target <= 20%)")
+          f"(fastest training + evaluation; target <= 10%)")
 
 def method_rows(args) -> None:
     """Seconds per round of a whole run of each method, and its ratio to FedAvg's (same process)."""
