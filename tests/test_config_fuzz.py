@@ -99,7 +99,8 @@ CASES = [
     ("lr_text", at("datasets.synthetic_iid.lr", "1e-2"), "datasets.synthetic_iid.lr", "YAML reads 1e-3 as text"),
     # absurd sizes
     ("rounds_1e9", at("datasets.synthetic_iid.rounds", 10**9), "datasets.synthetic_iid.rounds", "above the ceiling of 100000"),
-    ("devices_1e8", at("synthetic.devices", 10**8), "synthetic.devices", "would make a dataset of about 11,053 GB"),
+    # 1e8 devices x (e^6 + 50) samples x 61 floats x 4 bytes
+    ("devices_1e8", at("synthetic.devices", 10**8), "synthetic.devices", "would make a dataset of about 11,064 GB"),
     ("dataset_devices_5e7", at("datasets.synthetic_0_0.devices", 5 * 10**7), "datasets.synthetic_0_0.devices", "GB"),
     ("exp_rounds_1e6", at("experiments.figure1.rounds", 10**6), "experiments.figure1.rounds", "above the ceiling"),
     ("seeds_300", at("seeds", list(range(300))), "experiments", "training runs are above the ceiling of 10,000"),

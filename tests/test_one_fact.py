@@ -199,3 +199,57 @@ def test_leaf_dataset_defaults_are_the_commands():
             assert command(commands[kind]).get_default(flags.get(key, key)) == entry["default"], (kind, key)
             tied.add(kind)
     assert tied == set(commands)
+
+
+def readme_defaults(section: str) -> dict:
+    """The `| key | default | ...` table of config/README.md's section `section`: each key's default
+    as written (backticks off, read as YAML)."""
+    text = (REPO / "config" / "README.md").read_text()
+    body = text.split(f"\n## `{section}`\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[1:-1] for line in body.splitlines() if line.startswith("|")]
+    header = [cell.strip() for cell in rows[0]]
+    key, default = header.index("key"), header.index("default")
+    return {row[key].strip().strip("`"): yaml.safe_load(row[default].strip().strip("`")) for row in rows[2:]}
+
+
+@pytest.mark.parametrize("section", ["synthetic", "simulator", "tuning"])
+def test_config_readme_defaults_are_the_configs(section):
+    """The defaults config/README.md lists for a section are config/config.yaml's (which the tests
+    above tie to their owners): a person reading the table reads what a run uses."""
+    listed = readme_defaults(section)
+    assert listed and listed == {key: default_config()[section][key] for key in listed}, section
+    assert set(listed) == set(default_config()[section]), section  # every key of the section listed
+
+
+def test_leaf_builders_defaults_are_the_commands():
+    """The LEAF builders' keyword defaults (the paper's sampling, the split, the seed, GloVe's size,
+    FEMNIST's variant) are the defaults of the commands that call them (fedsim.cli's prepare-*),
+    which the schema's are tied to above: someone calling a builder from Python gets the same
+    dataset as the command. A builder default of None (derived inside) has no copy to tie."""
+    from fedsim.leaf.femnist import build_femnist
+    from fedsim.leaf.sent140 import build_sent140
+    from fedsim.leaf.shakespeare import build_shakespeare
+
+    tied = 0
+    for name, builder in (("prepare-shakespeare", build_shakespeare), ("prepare-sent140", build_sent140),
+                          ("prepare-femnist", build_femnist)):
+        parser = command(name)
+        options = {action.dest for action in parser._actions}
+        for key, parameter in inspect.signature(builder).parameters.items():
+            if key in options and parameter.default not in (inspect.Parameter.empty, None):
+                assert parser.get_default(key) == parameter.default, (name, key)
+                tied += 1
+    assert tied >= 15
+
+
+def test_synthetic_mean_device_size_is_the_generators():
+    """The mean device size the config check sizes a synthetic dataset by is the generator's size
+    law's mean (fedsim.synthetic): a draw of many sizes lands on it."""
+    import numpy as np
+
+    from fedsim import configcheck
+
+    assert configcheck.SYNTHETIC_MEAN_SAMPLES is synthetic.MEAN_SAMPLES
+    sizes = synthetic.device_sizes(np.random.default_rng(0), 2_000_000)
+    assert abs(sizes.mean() - synthetic.MEAN_SAMPLES) < 0.03 * synthetic.MEAN_SAMPLES
+

@@ -23,13 +23,13 @@ from .experiments import (LSTM_KINDS, ConfigError, Setting, as_list, dataset_sou
                           n_devices, synthetic_settings, used_datasets)
 from .methods import ENTRIES, REGISTRY
 from .settings import TAIL_FRACTION, RunConfig, rng_problem
-from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
+from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, MEAN_SAMPLES
 
 # Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
 MAX_ROUNDS = 100_000
 MAX_RUNS = 10_000
 MAX_DATASET_GB = 8.0
-SYNTHETIC_MEAN_SAMPLES = 453  # E[int(lognormal(4, 2))] + 50 = e^6 + 50: FedProx's device sizes
+SYNTHETIC_MEAN_SAMPLES = MEAN_SAMPLES  # a synthetic device's mean sample count (fedsim.synthetic)
 
 
 # The schema's keys that are one run setting each (fedsim.settings.RunConfig's field of that name), by

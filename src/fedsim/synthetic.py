@@ -23,6 +23,8 @@ N = 10^6 only the per-device metadata (sizes, offsets, ids) is held whole. gener
 returns everything in memory and is meant for small N.
 """
 
+import math
+
 import numpy as np
 
 GENERATOR_VERSION = 1  # bump when the draw order changes: same seed, different data
@@ -30,6 +32,17 @@ GENERATOR_VERSION = 1  # bump when the draw order changes: same seed, different 
 # of the workflow config's `synthetic` keys and of `fedsim generate-synthetic`'s options: their
 # defaults there are these (the config schema's are filled in by fedsim.configcheck.load_schema).
 DEFAULTS = {"devices": 30, "features": 60, "classes": 10, "train_fraction": 0.9, "seed": 0}
+
+# The reference's device sizes: n_k = int(lognormal(SIZE_LOG_MEAN, SIZE_LOG_SIGMA)) + SIZE_FLOOR, and
+# their mean, e^(mu + sigma^2 / 2) + floor (about 453; int() takes off less than 1), which the
+# config check sizes a dataset by before it is built
+SIZE_LOG_MEAN, SIZE_LOG_SIGMA, SIZE_FLOOR = 4.0, 2.0, 50
+MEAN_SAMPLES = math.exp(SIZE_LOG_MEAN + SIZE_LOG_SIGMA ** 2 / 2) + SIZE_FLOOR
+
+
+def device_sizes(rng: np.random.Generator, num_devices: int) -> np.ndarray:
+    """The devices' sample counts, drawn from `rng` (its first draws of a dataset)."""
+    return rng.lognormal(SIZE_LOG_MEAN, SIZE_LOG_SIGMA, num_devices).astype(np.int64) + SIZE_FLOOR
 
 
 def synthetic_stream(*, alpha, beta, iid, num_devices=DEFAULTS["devices"], num_features=DEFAULTS["features"],
@@ -42,7 +55,7 @@ def synthetic_stream(*, alpha, beta, iid, num_devices=DEFAULTS["devices"], num_f
         raise ValueError("num_devices/num_features/num_classes must be >= 1 and train_fraction in (0, 1]")
     d, C = num_features, num_classes
     rng = np.random.default_rng(seed)
-    sizes = rng.lognormal(4.0, 2.0, num_devices).astype(np.int64) + 50
+    sizes = device_sizes(rng, num_devices)
     n_train = (train_fraction * sizes).astype(np.int64)  # == int(0.9 * n_k), truncation
     if iid:
         prior = rng.normal(0.0, 1.0, (d, C)), rng.normal(0.0, 1.0, C)
