@@ -155,3 +155,5 @@ def test_compiled_evaluation_of_a_diverged_model_reads_as_torchs(monkeypatch):
     assert np.isnan(compiled["train_loss"]) and np.isnan(reference["train_loss"])
     assert 0 < compiled["train_acc"] < 1
     assert (compiled["train_acc"], compiled["test_acc"]) == (reference["train_acc"], reference["test_acc"])
+    for name in ("grad_dissimilarity", "b_dissimilarity"):  # a NaN gradient: NaN both ways
+        assert np.isnan(compiled[name]) and np.isnan(reference[name]), name

@@ -17,8 +17,9 @@ shuffle per device, round and epoch, so they agree to rounding):
 - `local_sgd_loop` is the plain per-device loop with autograd: the test oracle and the
   benchmark baseline.
 
-Whatever the engine, MCLR's full local gradients (FedDANE's correction, the metrics) come from
-one compiled pass on the CPU (`device_grads`, `kernel_grads`), the model's torch ops elsewhere.
+Whatever the engine, MCLR's full local gradients (FedDANE's correction) come from one compiled
+pass on the CPU (`device_grads`, `kernel_grads`), and its metrics from one compiled call
+(`kernel_evaluation`); the model's torch ops elsewhere.
 
 Devices are named by their index in the dataset everywhere (selection, shuffling seeds);
 a `Clients` may hold only some of them (`ids`), as when a round's devices are read from

@@ -268,7 +268,7 @@ def _evaluation(x, y, offsets, test_x, test_y, test_offsets, v, classes, feature
     rows, test_rows = max(y.shape[0] - 1, 1), max(test_y.shape[0] - 1, 1)  # the padding row left out
     out[0], out[1] = loss.sum() / rows, correct.sum() / rows
     out[2], out[3] = test_loss.sum() / test_rows, test_correct.sum() / test_rows
-    total = max(offsets[devices] - offsets[0], 1)
+    total = offsets[devices] - offsets[0]  # 0: no rows at all, and the shares NaN (0 / 0) as numpy's were
     mean = np.zeros((classes, features))
     for j in range(devices):
         count = offsets[j + 1] - offsets[j]
@@ -299,6 +299,8 @@ def evaluation(x: np.ndarray, y: np.ndarray, offsets: np.ndarray, test_x: np.nda
     sentinel), and of test_x. (One call, not numpy over summed_grads: after a round of local SGD each of
     some forty small numpy calls cost about 10 us, most of the metrics' time.)"""
     features, classes = w.shape
+    if test_x.shape[1] != x.shape[1]:  # the compiled call reads both with the same padded weights
+        raise ValueError(f"the splits' padded widths differ: {x.shape[1]} and {test_x.shape[1]}")
     out = np.empty(6)
     _evaluation(x, y, offsets, test_x, test_y, test_offsets, _transposed(w, x.shape[1]), classes, features, out)
     return out.tolist()

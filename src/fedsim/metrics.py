@@ -48,8 +48,8 @@ def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict
 
 
 def _dissimilarities(grads, p) -> dict[str, float]:
-    """The two dissimilarities of local gradients grads (devices, weights) with weights p (devices,),
-    numpy arrays or torch tensors alike."""
+    """The two dissimilarities of local gradients grads (devices, weights) with weights p (devices,)
+    (the torch path; fedsim.kernel.evaluation computes the same for MCLR on the CPU)."""
     global_grad = p @ grads
     global_sq = float((global_grad ** 2).sum())
     return {"grad_dissimilarity": float(((grads - global_grad) ** 2).sum(1).mean()),

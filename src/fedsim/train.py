@@ -16,7 +16,7 @@ Protocol (the reference code's, with the paper's text as options):
 - `rng: authors` replaces fedsim's draws by the authors' (selection seeded by the round, their
   compounding mini-batch shuffle: fedsim.authors); `init` loads an initial model from a file;
 - metrics row t describes the global model after t rounds (row 0: the initial model);
-- a non-finite training loss ends the run at that round: the run is recorded as
+- a non-finite training loss or weight ends the run at that round: the run is recorded as
   diverged there, with every metric so far;
 - `theory: true` adds Theorem 1's constants to every round's metrics (fedsim.theory measures them).
 
@@ -40,6 +40,7 @@ cores the round waits only for what the read takes beyond the previous round's w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import sys
 import threading
@@ -70,7 +71,7 @@ DTYPES = {"float32": torch.float32, "float64": torch.float64}
 NUMPY_TYPES = {torch.float32: np.float32, torch.float64: np.float64}  # the same dtypes as numpy's scalar types
 ON_CPU = ("epochs_done", "counts")  # run state that stays on the CPU whatever the device
 STREAM_ABOVE_BYTES = 1 << 30  # `load: auto` streams a train split larger than this (as model inputs)
-DRAW_AHEAD = 16  # rounds whose devices are drawn together (bounded: a method asking every device holds all of them)
+DRAW_AHEAD = 16  # rounds whose devices are drawn together (every round of a method asking all devices shares one array)
 
 
 def select_devices(seed: int, round_: int, stream: int, k: int, sizes: np.ndarray, selection: str) -> np.ndarray:
@@ -533,6 +534,15 @@ def round_weights(sizes: np.ndarray, solvers: np.ndarray, selection: str, dtype:
     return lambda devices: made if devices is solvers else server_weights(sizes, devices, selection, dtype, device)
 
 
+@functools.lru_cache(maxsize=4)
+def every_device(n: int) -> np.ndarray:
+    """0, ..., n - 1: one read-only array that every round of a method asking every device shares
+    (rounds are drawn DRAW_AHEAD at a time: a copy each would hold DRAW_AHEAD x n indices)."""
+    every = np.arange(n)
+    every.flags.writeable = False
+    return every
+
+
 def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(gradient devices S_t, solvers S'_t) of round t, for a method whose full gradients come from
     `gradients` (fedsim.methods.GRADIENTS). S'_t is the round's selection, and where a method asks for
@@ -541,12 +551,12 @@ def round_devices(config: RunConfig, gradients: str, t: int, sizes: np.ndarray) 
     k, n = config.clients_per_round, len(sizes)
     if config.rng == "authors":
         selected = authors.select_devices(t, n, k)
-        return (np.arange(n) if gradients == "all" else selected), selected
+        return (every_device(n) if gradients == "all" else selected), selected
     selected = select_devices(config.seed, t, SELECTION_STREAM, k, sizes, config.selection)
     solvers = selected
     if gradients != "none" and config.second_subset == "independent":
         solvers = select_devices(config.seed, t, SECOND_SUBSET_STREAM, k, sizes, config.selection)
-    return (np.arange(n) if gradients == "all" else selected), solvers
+    return (every_device(n) if gradients == "all" else selected), solvers
 
 
 def initial_params(config: RunConfig, model, dtype: torch.dtype) -> torch.Tensor:
