@@ -133,6 +133,34 @@ def _weighted_rows(x, rows, count, p, c, d):  # pragma: no cover (compiled)
 
 
 @numba.njit(**_JIT)
+def _add_weighted_rows(x, rows, low, high, p, c, d, sums, j):  # pragma: no cover (compiled)
+    # sums[j, c + k, d:d + HALF_TILE] += sum_i p[c + k, i] x[rows[i], d:d + HALF_TILE], i = low .. high, k = 0, 1
+    # (from zeros where low = 0): two classes share each row's loads, and rows low .. high stay in L1 for
+    # every class (per element the same sums in the same order as _weighted_rows over all rows at once)
+    L = simd.LANES
+    a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = simd.splat(p.dtype.type(0))
+    if low > 0:
+        a0, a1, a2, a3 = simd.load(sums, (j, c, d)), simd.load(sums, (j, c, d + L)), \
+            simd.load(sums, (j, c, d + 2 * L)), simd.load(sums, (j, c, d + 3 * L))
+        b0, b1, b2, b3 = simd.load(sums, (j, c + 1, d)), simd.load(sums, (j, c + 1, d + L)), \
+            simd.load(sums, (j, c + 1, d + 2 * L)), simd.load(sums, (j, c + 1, d + 3 * L))
+    for i in range(np.uint64(low), np.uint64(high)):
+        r, pc, qc = rows[i], simd.splat(p[c, i]), simd.splat(p[c + 1, i])
+        x0, x1 = simd.load(x, (r, d)), simd.load(x, (r, d + L))
+        x2, x3 = simd.load(x, (r, d + 2 * L)), simd.load(x, (r, d + 3 * L))
+        a0, a1, a2, a3 = simd.fma(pc, x0, a0), simd.fma(pc, x1, a1), simd.fma(pc, x2, a2), simd.fma(pc, x3, a3)
+        b0, b1, b2, b3 = simd.fma(qc, x0, b0), simd.fma(qc, x1, b1), simd.fma(qc, x2, b2), simd.fma(qc, x3, b3)
+    simd.store(sums, (j, c, d), a0)
+    simd.store(sums, (j, c, d + L), a1)
+    simd.store(sums, (j, c, d + 2 * L), a2)
+    simd.store(sums, (j, c, d + 3 * L), a3)
+    simd.store(sums, (j, c + 1, d), b0)
+    simd.store(sums, (j, c + 1, d + L), b1)
+    simd.store(sums, (j, c + 1, d + 2 * L), b2)
+    simd.store(sums, (j, c + 1, d + 3 * L), b3)
+
+
+@numba.njit(**_JIT)
 def _step_plain(v, c, d, g, lr, scale):  # pragma: no cover (compiled)
     # v[c, d:d + LANES] <- v - lr (g scale): _step_vector's bits when its pull is 0, without its loads
     simd.store(v, (c, d), simd.sub(simd.load(v, (c, d)), simd.mul(lr, simd.mul(g, scale))))
@@ -244,11 +272,10 @@ def _device_stats(x, y, starts, stops, v, classes, loss, correct, grads):  # pra
         if with_grads:
             for i in range(np.uint64(count)):
                 z[y[rows[i]], i] -= 1
-            for c in range(classes):
-                for d in range(0, width, TILE):
-                    g = _weighted_rows(x, rows, count, z, c, d)
-                    for at in range(8):
-                        simd.store(grads, (j, c, d + at * L), g[at])
+            for low in range(0, max(count, 1), GRADIENT_ROWS):  # a device without rows: zeros
+                for c in range(0, classes, 2):  # z and grads have an even number of rows
+                    for d in range(0, width, HALF_TILE):
+                        _add_weighted_rows(x, rows, low, min(low + GRADIENT_ROWS, count), z, c, d, grads, j)
 
 
 @numba.njit(**_JIT)
@@ -342,6 +369,8 @@ def warm_up() -> None:
 
 
 TILE = 8 * simd.LANES  # features a class's gradient keeps in registers: eight vectors
+HALF_TILE = TILE // 2  # features of two classes' gradients kept in registers (_add_weighted_rows)
+GRADIENT_ROWS = 128  # a device's rows summed a chunk at a time: the chunk stays in L1 (2.1x at 128 x 64 floats)
 LANES = TILE  # feature columns padded to a multiple of this: whole tiles, no remainder loops
 
 
