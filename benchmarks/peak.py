@@ -91,8 +91,13 @@ def fma_probe(x, y, reps):  # pragma: no cover (compiled)
     return _fma_chains(x, y, reps)
 
 
-def fma_peak(dtype=np.float32, flops: float = 2e7, repeats: int = 20) -> float:
-    """Best flops per second of the probe in `dtype`, each call about `flops` flops."""
+PROBE_TRIES = 200
+
+
+def fma_peak(dtype=np.float32, flops: float = 2e7, repeats: int = PROBE_TRIES) -> float:
+    """Best flops per second of the probe in `dtype`, each call about `flops` flops (0.2 ms at 100
+    Gflop/s: PROBE_TRIES of them take some 40 ms, so that a few-millisecond burst of load elsewhere
+    on a shared host cannot spoil them all)."""
     dtype = np.dtype(dtype).type
     per_rep = 2 * CHAINS * vector_bits() // (8 * np.dtype(dtype).itemsize)
     reps = max(1, int(flops // per_rep))

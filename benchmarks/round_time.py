@@ -32,9 +32,15 @@ when the method has one). It ignores that one device's steps are sequential, so 
 device bounds the batched engine from below: its step count is printed beside the oracle's
 depth. It is the bound for the batched engine (torch ops); the floor is the bound for the kernel.
 
-The kernel row's compiled call is also timed alone ("its compiled call": the plans, local problem
-and inputs made beforehand, no server update): the rest of the kernel row is what a round adds
-around the call.
+The kernel row's compiled call is also timed alone ("its compiled call": the local problem and
+inputs made beforehand, no server update; it draws its batches itself): the rest of the kernel row
+is what a round adds around the call.
+
+Batch plans: the kernel draws each device's epoch orders inside its call (fedsim.shuffle's numbers,
+no plan array), so the row times that drawing alone, compiled (`orders`: every epoch order of the
+round's devices into one scratch), each timed call right after a kernel round, as in a run; the
+stacked plans the batched engine builds (fedsim.shuffle.stacked_plans) are timed the same way
+beside it.
 
 Share of the FMA peak (CPU only). A round's floating-point work is counted from the plans the
 kernel runs (fedsim.engine._stacked_plans: with the local problem's fixed step count where it
@@ -59,7 +65,7 @@ its own plain-SGD terms (mu = 0, no correction, anchor or gradients): for FedAvg
 equal. The call's share divides the kernel's count by the call's time: where the method asks for
 full gradients (G), made outside the call, it overstates.
 
-The peak is measured in the same process, after the rounds (benchmarks/peak.py): the best of 20
+The peak is measured in the same process, after the rounds (benchmarks/peak.py): the best of 200
 calls of a compiled probe of 12 independent vector FMA chains (about 0.2 ms each), in float32
 and float64, with the vector FMA instructions found in its assembly; checked against numpy's
 float32 sgemm (512 x 512, best of 20) on one BLAS thread, which should come out a little below
@@ -101,13 +107,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedsim.data import FederatedDataset  # noqa: E402
 from fedsim.engine import (SGDSettings, _stacked_plans, batch_plan, local_sgd_batched, local_sgd_kernel,  # noqa: E402
                            local_sgd_loop, local_steps)
-from fedsim import kernel  # noqa: E402
+from fedsim import kernel, shuffle  # noqa: E402
 from fedsim.kernel import padded  # noqa: E402
 from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
 from fedsim.metrics import evaluate  # noqa: E402
 from fedsim.synthetic import write_synthetic  # noqa: E402
 from fedsim.train import RunConfig, RunData, round_devices, round_weights  # noqa: E402
-from peak import CHAINS, fma_asm_check, fma_peak, sgemm_rate, vector_bits  # noqa: E402
+from peak import CHAINS, PROBE_TRIES, fma_asm_check, fma_peak, sgemm_rate, vector_bits  # noqa: E402
 
 
 BUDGET, MOST_TRIES = 0.25, 40  # seconds of timed tries a millisecond row gets at least, within this many
@@ -194,21 +200,43 @@ def floor(xb, yb, counts, first, steps, weights, v0, lr, local, average):  # pra
         average += weights[k] * v
 
 
-def plan_seconds(train, settings, solver_sets, repeats: int, kernel_round) -> float:
-    """Building round t's batch plans for the kernel (_stacked_plans: fedsim.shuffle), each timed
-    call right after `kernel_round(t)` (as in a run: the caches hold the kernel's data, not the
-    plans'), best of its tries (more_tries), averaged over rounds 0, 1, ... with the device sets
-    `solver_sets`."""
-    best = []
+@numba.njit(cache=False, nogil=True)
+def orders(offsets, positions, devices, steps, batch_size, seed, round_):  # pragma: no cover (compiled)
+    """What the kernel's call spends on its batches: every epoch order its devices' steps reach
+    (fedsim.shuffle's), drawn into one scratch, as kernel._local_sgd draws them."""
+    scratch = np.empty(max(np.diff(offsets).max(), 1), np.int64)
+    for k in range(positions.shape[0]):
+        n = offsets[positions[k] + 1] - offsets[positions[k]]
+        per_epoch = max(-(-n // batch_size), 1)
+        for epoch in range(-(-steps[k] // per_epoch) if n > 0 else 0):
+            key = shuffle._epoch_key(seed, round_, np.uint64(devices[k]), np.uint64(epoch))
+            shuffle._shuffle_into(scratch, 0, n, key, offsets[positions[k]])
+    return scratch[0]
+
+
+def plan_seconds(train, settings, solver_sets, repeats: int, kernel_round) -> tuple[float, float]:
+    """Drawing round t's batches as the kernel does (`orders`), and building its stacked plans as the
+    batched engine does (_stacked_plans: fedsim.shuffle), each timed call right after
+    `kernel_round(t)` (as in a run: the caches hold the kernel's data, not the plans'), best of its
+    tries (more_tries), averaged over rounds 0, 1, ... with the device sets `solver_sets`."""
+    best = {"orders": [], "stacked": []}
     for t, devices in enumerate(solver_sets):
-        times = []
-        while more_tries(times, repeats, BUDGET):
-            kernel_round(t)
-            start = time.perf_counter()
-            _stacked_plans(train, np.asarray(devices), settings, t)
-            times.append(time.perf_counter() - start)
-        best.append(min(times))
-    return statistics.mean(best)
+        devices = np.asarray(devices, dtype=np.int64)
+        positions = train.locate(devices)
+        steps = local_steps(train.offsets[positions + 1] - train.offsets[positions], settings)
+        calls = {"orders": lambda: orders(train.offsets, positions, devices, steps, settings.batch_size,
+                                          np.uint64(settings.seed), np.uint64(t)),
+                 "stacked": lambda: _stacked_plans(train, devices, settings, t)}
+        for name, call in calls.items():
+            call()  # compile before timing
+            times = []
+            while more_tries(times, repeats, BUDGET):
+                kernel_round(t)
+                start = time.perf_counter()
+                call()
+                times.append(time.perf_counter() - start)
+            best[name].append(min(times))
+    return statistics.mean(best["orders"]), statistics.mean(best["stacked"])
 
 
 def round_flops(width: int, classes: int, samples: int, steps: int, devices: int, mu: float = 0.0,
@@ -324,15 +352,19 @@ def main() -> None:
                            gradient_samples[0])
 
     def kernel_call(ctx):
-        """The kernel round's compiled call alone: its plans, local problem and inputs made beforehand
-        (what a round adds around it is the rest of the kernel row)."""
+        """The kernel round's compiled call alone: its local problem and inputs made beforehand (what a
+        round adds around it is the rest of the kernel row); it draws its batches, as in a run."""
         problem = method.local_problem(ctx, method.init(params, len(sizes)))
-        rows, first, steps, order = _stacked_plans(train, np.asarray(ctx.solvers), settings, ctx.round, problem.steps)
-        correction = None if problem.correction is None else problem.correction.numpy()[order]
+        devices = np.asarray(ctx.solvers, dtype=np.int64)
+        positions = train.locate(devices)
+        starts, n = train.offsets[positions], train.offsets[positions + 1] - train.offsets[positions]
+        steps = local_steps(n, settings) if problem.steps is None else np.full(len(devices), problem.steps)
+        correction = None if problem.correction is None else problem.correction.numpy()
         anchor = None if problem.anchor is None else problem.anchor.numpy()
         x, y = train.kernel_inputs()
         w0 = params.numpy()
-        return lambda: kernel.local_sgd(x, y, rows, first, steps, w0, correction, settings.lr, problem.mu, anchor)
+        return lambda: kernel.local_sgd_shuffled(x, y, starts, n, devices, steps, settings.batch_size, settings.seed,
+                                                 ctx.round, w0, correction, settings.lr, problem.mu, anchor)
 
     times = {"kernel": [], "call": [], "engine": [], "loop": [], "oracle": [], "floor": [], "evaluation": []}
     flops = {"kernel": [], "floor": []}
@@ -382,8 +414,8 @@ def main() -> None:
           f"oracle depth {statistics.mean(-(-s // k) for s in steps):.0f})")
     if "kernel" in mean:
         print(f"compiled kernel     {mean['kernel']:8.4f} s/round   (the CPU engine for MCLR)")
-        print(f"  its compiled call {mean['call']:8.4f} s/round   (alone: plans, local problem, inputs made "
-              f"beforehand; no server update)")
+        print(f"  its compiled call {mean['call']:8.4f} s/round   (alone: local problem, inputs made "
+              f"beforehand; it draws its batches; no server update)")
     print(f"batched engine      {mean['engine']:8.4f} s/round")
     print(f"per-device loop     {mean['loop']:8.4f} s/round")
     print(f"torch oracle        {mean['oracle']:8.4f} s/round   (batched lanes, no plans: the batched engine's bound)")
@@ -398,16 +430,18 @@ def main() -> None:
         print(f"(kernel + evaluation) / floor {(mean['kernel'] + mean['evaluation']) / mean['floor']:5.2f}x   "
               f"(target <= 2)")
     if "kernel" in mean:
-        plans = plan_seconds(train, settings, [round_context(t).solvers for t in range(args.rounds)], args.repeats,
-                             lambda t: training_round(local_sgd_kernel, round_context(t)))
-        print(f"batch plans         {plans:8.6f} s/round = {100 * plans / mean['kernel']:.1f}% of a kernel round "
-              f"(fedsim.shuffle, built after a kernel round; target <= 3%)")
+        drawn, stacked = plan_seconds(train, settings, [round_context(t).solvers for t in range(args.rounds)],
+                                      args.repeats, lambda t: training_round(local_sgd_kernel, round_context(t)))
+        print(f"batch plans         {drawn:8.6f} s/round = {100 * drawn / mean['kernel']:.1f}% of a kernel round "
+              f"(the orders the kernel draws in its call, timed alone after a kernel round; target <= 3%)")
+        print(f"  stacked plans     {stacked:8.6f} s/round = {100 * stacked / mean['kernel']:.1f}% (fedsim.shuffle."
+              f"stacked_plans: the batched engine's, and the kernel's with the authors' shuffle)")
         width = floor_args[0].shape[2]
         print(f"round work          {work['kernel'] / 1e6:8.2f} Mflop/round (kernel; floor {work['floor'] / 1e6:.2f}: "
               f"d={params.shape[0]} ({width} padded), C={params.shape[1]}, multiply-add = 2 flops, "
               f"softmax not counted)")
         print(f"FMA peak (probe)    {peaks['float32'] / 1e9:8.1f} Gflop/s float32, {peaks['float64'] / 1e9:.1f} "
-              f"float64 ({CHAINS} chains of {vector_bits()}-bit vectors, best of 20; {asm})")
+              f"float64 ({CHAINS} chains of {vector_bits()}-bit vectors, best of {PROBE_TRIES}; {asm})")
         print(f"numpy sgemm         {sgemm / 1e9:8.1f} Gflop/s float32 on {blas_threads} BLAS thread(s) "
               f"= {100 * sgemm / peaks['float32']:.0f}% of the probe's peak (512 x 512, best of 20)")
         for name, label in (("kernel", "kernel share"), ("call", "  its call's share"), ("floor", "floor share")):

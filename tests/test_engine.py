@@ -80,6 +80,29 @@ def test_kernel_equals_per_device_loop(batch_size, with_terms):
     torch.testing.assert_close(kernel, loop, rtol=0, atol=1e-6)
 
 
+@pytest.mark.parametrize("fixed_steps", [None, 13])
+@pytest.mark.parametrize("batch_size", [1, 4, 10])
+def test_kernel_draws_the_batches_the_plans_hold(fixed_steps, batch_size):
+    """The kernel draws fedsim's batches inside its call (local_sgd_shuffled): the same bits as the
+    same call over the stacked plans, for E epochs and for a fixed step count (Scaffnew's), with a
+    device that has no rows and the devices in any order."""
+    from fedsim import kernel
+
+    model, clients = tiny_clients(sizes=[1, 7, 0, 10, 23, 95, 4], dtype=torch.float32)
+    w0 = tiny_params(model, dtype=torch.float32).numpy()
+    devices = np.array([5, 2, 0, 6, 3, 1, 4])
+    settings = SGDSettings(lr=0.05, epochs=3, batch_size=batch_size, seed=11)
+    x, y = clients.kernel_inputs()
+    rows, first, steps, order = engine._stacked_plans(clients, devices, settings, 7, fixed_steps)
+    planned = np.empty((len(devices), *w0.shape), w0.dtype)
+    planned[order] = kernel.local_sgd(x, y, rows, first, steps, w0, None, settings.lr, 0.1)
+    sizes = np.diff(clients.offsets)[devices]
+    drawn = kernel.local_sgd_shuffled(x, y, clients.offsets[devices], sizes, devices, steps[np.argsort(order)],
+                                      batch_size, settings.seed, 7, w0, None, settings.lr, 0.1)
+    np.testing.assert_array_equal(drawn, planned)
+    assert not np.array_equal(drawn[0], w0) and np.array_equal(drawn[1], w0)  # no rows: it stays at w0
+
+
 def test_float32_kernel_agrees_with_the_batched_engine_to_rounding():
     model, clients = tiny_clients(dtype=torch.float32)
     params = tiny_params(model, dtype=torch.float32)

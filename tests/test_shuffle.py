@@ -1,13 +1,15 @@
 """fedsim's mini-batch stream (fedsim.shuffle): its definition, its shuffles, and the plans the
 engines read from it."""
 
+import hashlib
 import itertools
 from math import ceil
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fedsim import shuffle
+from fedsim import kernel, shuffle
 from fedsim.engine import SGDSettings, _stacked_plans, batch_plan
 from fedsim.train import RunConfig, run
 
@@ -178,3 +180,11 @@ def test_plan_lengths_are_fedsim_steps():
     for epochs, batch_size in [(1, 1), (3, 10), (20, 7)]:
         _, _, steps, order = shuffle.stacked_plans(offsets, devices, devices, epochs, None, batch_size, 0, 0, -1)
         np.testing.assert_array_equal(steps[np.argsort(order)], local_steps(sizes, epochs, batch_size))
+
+
+def test_kernel_names_the_shuffle_source_it_draws_with():
+    """The kernel draws fedsim's batches inside its compiled call (kernel.local_sgd_shuffled), and
+    numba's cache keys that machine code on kernel.py alone: an edit to shuffle.py must update
+    kernel.SHUFFLE_SOURCE, so that the kernel recompiles."""
+    digest = hashlib.sha256(Path(shuffle.__file__).read_bytes()).hexdigest()[:16]
+    assert kernel.SHUFFLE_SOURCE == digest, f"kernel.SHUFFLE_SOURCE: set it to {digest!r} (shuffle changed)"

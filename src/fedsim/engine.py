@@ -253,9 +253,18 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     if not kernel_fits(model, params):
         raise ValueError("the kernel engine runs MCLR models on the CPU (use batched)")
     devices = np.asarray(devices, dtype=np.int64)
+    anchor = None if problem.anchor is None else problem.anchor.numpy()
+    if settings.shuffle == "fedsim":  # the batches drawn inside the call: no plan array
+        pos = clients.locate(devices)
+        sizes = clients.offsets[pos + 1] - clients.offsets[pos]
+        steps = local_steps(sizes, settings) if problem.steps is None else np.full(len(devices), problem.steps)
+        correction = None if problem.correction is None else problem.correction.numpy()
+        out = kernel.local_sgd_shuffled(*clients.kernel_inputs(), clients.offsets[pos], sizes, devices, steps,
+                                        settings.batch_size, settings.seed, round_, params.numpy(), correction,
+                                        settings.lr, problem.mu, anchor)
+        return torch.from_numpy(np.ascontiguousarray(out))  # the server's average then reads it without a copy
     rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
     correction = None if problem.correction is None else problem.correction.numpy()[order]
-    anchor = None if problem.anchor is None else problem.anchor.numpy()
     out = kernel.local_sgd(*clients.kernel_inputs(), rows, first, steps, params.numpy(), correction, settings.lr,
                            problem.mu, anchor)
     local = np.empty(out.shape, out.dtype)

@@ -34,7 +34,7 @@ import math
 import numba
 import numpy as np
 
-from . import simd
+from . import shuffle, simd
 
 
 # numba's cache keys compiled code on the source file of each function alone, not on fedsim.simd
@@ -43,6 +43,7 @@ from . import simd
 # tests/test_simd.py checks it): updating it with each simd edit changes this file, and numba
 # recompiles it.
 SIMD_SOURCE = "a083e8467616edca"
+SHUFFLE_SOURCE = "ef6f9242a55e441f"  # the same for fedsim.shuffle, whose batch orders _local_sgd draws
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 
@@ -182,7 +183,8 @@ def _columns(v, samples):  # pragma: no cover (compiled)
 
 
 @numba.njit(**_JIT)
-def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, out, classes):  # pragma: no cover
+def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, out, classes, starts, sizes, ids,  # pragma: no cover
+               seed, round_):
     # Weights transposed, V = W^T (classes, features), rows padded to an even count and features to
     # a multiple of TILE with zeros. A step: the batch's logits, a column a sample (_logits), their
     # softmax LANES samples at a time (_softmax), minus the one-hot label (or, with an `anchor`, minus
@@ -190,7 +192,15 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, o
     # class and TILE features the gradient in registers (_weighted_rows) and the update
     # (_step_vector). Summation orders are fixed (the same on a given machine, not torch's); NaN
     # and inf keep their meaning, so a diverging run shows as one.
+    # A device's batches: rows[first[k] + step], or, where `ids` are given, drawn here as fedsim.shuffle
+    # draws them (device k: rows starts[k] .. starts[k] + sizes[k], key (seed, round_, ids[k], epoch)), each
+    # epoch's order into a scratch that stays in L1 (no plan array written, then read back).
     batch, sentinel, width = rows.shape[1], x.shape[0] - 1, x.shape[1]
+    keyed = ids.shape[0] > 0
+    longest = 1
+    for k in range(sizes.shape[0]):
+        longest = max(longest, sizes[k])
+    order = np.empty(longest if keyed else 0, dtype=np.int64)
     z = _columns(v0, batch)
     q = _columns(anchor, batch)
     picked = np.empty(batch, dtype=np.int64)
@@ -201,12 +211,24 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, o
         for c in range(v0.shape[0]):  # a loop: numba's slice assignment costs seconds of compile
             for d in range(0, width, simd.LANES):
                 simd.store(v, (c, d), simd.load(v0, (c, d)))
+        n = sizes[k] if keyed else 0
+        per_epoch = max(-(-n // batch), 1)  # n = 0: every step (fixed ones: Scaffnew's) is padding
         for step in range(steps[k]):
-            count, base = 0, first[k] + step
-            for b in range(np.uint64(batch)):  # unsigned, as in _weighted_rows
-                if rows[base, b] != sentinel:  # padding slots contribute nothing
-                    picked[count] = rows[base, b]
+            count = 0
+            if keyed:
+                at = step % per_epoch * batch
+                if at == 0 and n > 0:
+                    epoch = np.uint64(step // per_epoch)
+                    shuffle._shuffle_into(order, 0, n, shuffle._epoch_key(seed, round_, ids[k], epoch), starts[k])
+                for i in range(min(batch, n - at)):
+                    picked[count] = order[at + i]
                     count += 1
+            else:
+                base = first[k] + step
+                for b in range(np.uint64(batch)):  # unsigned, as in _weighted_rows
+                    if rows[base, b] != sentinel:  # padding slots contribute nothing
+                        picked[count] = rows[base, b]
+                        count += 1
             _logits(x, picked, count, v, z)
             _softmax(z, count, classes)
             if anchor.shape[0]:
@@ -388,6 +410,22 @@ def local_sgd(x: np.ndarray, y: np.ndarray, rows: np.ndarray, first: np.ndarray,
     """Local models (devices, features + 1, classes) of the devices whose steps are rows[first[k]:
     first[k] + steps[k]] (rows of x, as `padded` gives it; its last row is the zero sentinel); with an
     `anchor` model, each step's batch gradient minus the same batch's gradient there."""
+    none = np.zeros(0, np.int64)
+    return _run(x, y, rows, first, steps, w0, correction, lr, mu, anchor, none, none, none.astype(np.uint64), 0, 0)
+
+
+def local_sgd_shuffled(x: np.ndarray, y: np.ndarray, starts: np.ndarray, sizes: np.ndarray, ids: np.ndarray,
+                       steps: np.ndarray, batch_size: int, seed: int, round_: int, w0: np.ndarray,
+                       correction: np.ndarray | None, lr: float, mu: float, anchor: np.ndarray | None = None) -> np.ndarray:
+    """local_sgd over the batches fedsim.shuffle.stacked_plans would give (the same bits), drawn inside
+    the call: device k owns rows starts[k]:starts[k] + sizes[k] of x and is device ids[k] of the
+    dataset (its key), and takes steps[k] steps of batch_size rows (E epochs, or a fixed count)."""
+    rows = np.zeros((0, batch_size), np.int64)
+    return _run(x, y, rows, np.zeros(len(ids), np.int64), steps, w0, correction, lr, mu, anchor,
+                np.asarray(starts, np.int64), np.asarray(sizes, np.int64), np.asarray(ids, np.uint64), seed, round_)
+
+
+def _run(x, y, rows, first, steps, w0, correction, lr, mu, anchor, starts, sizes, ids, seed, round_):
     dtype, (features, classes) = w0.dtype.type, w0.shape
     v0 = _transposed(w0, x.shape[1])  # zero weights on the padding rows and columns
     out = np.empty((len(first), *v0.shape), dtype=w0.dtype)
@@ -395,5 +433,5 @@ def local_sgd(x: np.ndarray, y: np.ndarray, rows: np.ndarray, first: np.ndarray,
         _transposed(correction, x.shape[1])  # none: no loads (with mu = 0) or zeros
     at = np.zeros((0, x.shape[1]), dtype=w0.dtype) if anchor is None else _transposed(anchor, x.shape[1])
     _local_sgd(x, y, rows, first.astype(np.int64), steps.astype(np.int64), v0, pad, dtype(lr), dtype(mu),
-               dtype(0), at, out, classes)
+               dtype(0), at, out, classes, starts, sizes, ids, np.uint64(seed), np.uint64(round_))
     return out[:, :classes, :features].transpose(0, 2, 1)
