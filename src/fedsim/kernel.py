@@ -183,8 +183,8 @@ def _columns(v, samples):  # pragma: no cover (compiled)
 
 
 @numba.njit(**_JIT)
-def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, out, classes, starts, sizes, ids,  # pragma: no cover
-               seed, round_):
+def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, out, classes,  # pragma: no cover
+               starts, sizes, ids, seed, round_):
     # Weights transposed, V = W^T (classes, features), rows padded to an even count and features to
     # a multiple of TILE with zeros. A step: the batch's logits, a column a sample (_logits), their
     # softmax LANES samples at a time (_softmax), minus the one-hot label (or, with an `anchor`, minus
@@ -416,7 +416,8 @@ def local_sgd(x: np.ndarray, y: np.ndarray, rows: np.ndarray, first: np.ndarray,
 
 def local_sgd_shuffled(x: np.ndarray, y: np.ndarray, starts: np.ndarray, sizes: np.ndarray, ids: np.ndarray,
                        steps: np.ndarray, batch_size: int, seed: int, round_: int, w0: np.ndarray,
-                       correction: np.ndarray | None, lr: float, mu: float, anchor: np.ndarray | None = None) -> np.ndarray:
+                       correction: np.ndarray | None, lr: float, mu: float,
+                       anchor: np.ndarray | None = None) -> np.ndarray:
     """local_sgd over the batches fedsim.shuffle.stacked_plans would give (the same bits), drawn inside
     the call: device k owns rows starts[k]:starts[k] + sizes[k] of x and is device ids[k] of the
     dataset (its key), and takes steps[k] steps of batch_size rows (E epochs, or a fixed count)."""
