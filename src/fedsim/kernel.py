@@ -286,8 +286,10 @@ def _device_stats(x, y, starts, stops, v, classes, loss, correct, grads):  # pra
                 hits += best[i - s] == label
             sums = _exp_shifted(z, s, classes, high)
             simd.store(norm, 0, sums)
+            product = 1.0  # one log for LANES samples: each factor is in [1, classes], so eight cannot overflow
             for i in range(s, min(s + L, count)):
-                total += math.log(norm[i - s])
+                product *= norm[i - s]
+            total += math.log(product)
             if with_grads:
                 _scale(z, s, classes, simd.div(one, sums))
         loss[j], correct[j] = total, hits
