@@ -6,8 +6,8 @@ The batched torch engine spends most of a round in per-op overhead: ~17,000 smal
 of tens of microseconds each against ~0.1 us of arithmetic, and most of its sequential steps
 have one or two devices left. Here a round is one compiled call: the devices one after another,
 each SGD step a few blocks of vector code (fedsim.simd). It runs the same LocalProblem (mu,
-correction) on the same batch plans as every engine, so it agrees with them to rounding
-(tests/test_engine.py).
+correction) on the same batches as every engine (fedsim's shuffle it draws inside the call), so it
+agrees with them to rounding (tests/test_engine.py).
 
 One step of device k, batch b (real rows only; padding slots point at the sentinel row):
     g = (1/|b|) sum_i x_i (softmax(x_i W) - onehot(y_i))^T
@@ -394,7 +394,7 @@ def warm_up() -> None:
 
 TILE = 8 * simd.LANES  # features a class's gradient keeps in registers: eight vectors
 HALF_TILE = TILE // 2  # features of two classes' gradients kept in registers (_add_weighted_rows)
-GRADIENT_ROWS = 128  # a device's rows summed a chunk at a time: the chunk stays in L1 (2.1x at 128 x 64 floats)
+GRADIENT_ROWS = 128  # a device's rows summed a chunk at a time: the chunk stays in L1 (the gradient part 1.2-1.3x)
 LANES = TILE  # feature columns padded to a multiple of this: whole tiles, no remainder loops
 
 
