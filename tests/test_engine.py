@@ -180,3 +180,24 @@ def test_compiled_evaluation_of_a_diverged_model_reads_as_torchs(monkeypatch):
     assert (compiled["train_acc"], compiled["test_acc"]) == (reference["train_acc"], reference["test_acc"])
     for name in ("grad_dissimilarity", "b_dissimilarity"):  # a NaN gradient: NaN both ways
         assert np.isnan(compiled[name]) and np.isnan(reference[name]), name
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="the bits matched are MKL's; this torch has no MKL")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_compiled_average_has_tensordots_bits(dtype):
+    """methods.weighted_average on the CPU is a compiled device-by-device sum (fedsim.average):
+    bit for bit what torch.tensordot gives with MKL, signed zeros included, for any device count and
+    model shape (a 1-element model takes tensordot itself: MKL then sums in another order)."""
+    from fedsim.methods import weighted_average
+
+    rng = np.random.default_rng(0)
+    for devices, shape in [(1, (3, 2)), (2, (2,)), (7, (61, 10)), (10, (785, 10)), (30, (13, 5)), (200, (64,)),
+                           (10, (1,)), (5, ())]:
+        stacked = torch.from_numpy(rng.normal(size=(devices, *shape))).to(dtype)
+        stacked[torch.from_numpy(rng.random(stacked.shape) < 0.2)] = -0.0
+        weights = torch.from_numpy(rng.random(devices)).to(dtype)
+        weights[0] = 0
+        expected = torch.tensordot(weights, stacked, dims=1)
+        got = weighted_average(stacked, weights)
+        assert got.shape == expected.shape and got.dtype == dtype
+        assert torch.equal(got, expected) and torch.equal(torch.signbit(got), torch.signbit(expected)), (devices, shape)

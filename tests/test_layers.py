@@ -23,8 +23,9 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 # Lowest first. A module may import modules of its own layer or of lower ones, never of a higher one.
 LAYERS = [
     # helpers that import nothing of fedsim above them; steps: E x ceil(n/B), shared by engine and cost;
-    # simd: the vector operations of the compiled loops (the kernel's, and data's checksums)
-    ("base", ["fedsim", "fedsim.atomic", "fedsim.records", "fedsim.steps", "fedsim.simd"]),
+    # simd: the vector operations of the compiled loops (the kernel's, and data's checksums); average:
+    # the server's weighted average, compiled (the registry's weighted_average calls it)
+    ("base", ["fedsim", "fedsim.atomic", "fedsim.records", "fedsim.steps", "fedsim.simd", "fedsim.average"]),
     ("registry", ["fedsim.methods"]),
     ("method modules", ["fedsim.methods.*"]),
     ("settings", ["fedsim.settings"]),

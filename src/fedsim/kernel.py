@@ -34,7 +34,7 @@ import math
 import numba
 import numpy as np
 
-from . import shuffle, simd
+from . import average, shuffle, simd
 
 
 # numba's cache keys compiled code on the source file of each function alone, not on fedsim.simd
@@ -388,6 +388,7 @@ def warm_up() -> None:
         local_sgd(x, np.zeros(3, np.int64), np.array([[0, 2]]), np.array([0]), np.array([1]), np.zeros((2, 2), dtype),
                   None, 0.1, 0.0)
         summed_grads(x, np.zeros(3, np.int64), np.array([0]), np.array([2]), np.zeros((2, 2), dtype))
+        average.weighted_sum(np.ones(2, dtype), np.ones((2, 2), dtype))
         offsets = np.array([0, 2])
         evaluation(x, np.zeros(3, np.int64), offsets, x, np.zeros(3, np.int64), offsets, np.zeros((2, 2), dtype))
 
