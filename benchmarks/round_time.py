@@ -105,8 +105,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedsim.data import FederatedDataset  # noqa: E402
-from fedsim.engine import (SGDSettings, _stacked_plans, batch_plan, local_sgd_batched, local_sgd_kernel,  # noqa: E402
-                           local_sgd_loop, local_steps)
+from fedsim.engine import (SGDSettings, _stacked_plans, batch_plan, kernel_batches, local_sgd_batched,  # noqa: E402
+                           local_sgd_kernel, local_sgd_loop, local_steps)
 from fedsim import kernel, shuffle  # noqa: E402
 from fedsim.kernel import padded  # noqa: E402
 from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
@@ -201,16 +201,16 @@ def floor(xb, yb, counts, first, steps, weights, v0, lr, local, average):  # pra
 
 
 @numba.njit(cache=False, nogil=True)
-def orders(offsets, positions, devices, steps, batch_size, seed, round_):  # pragma: no cover (compiled)
+def orders(starts, sizes, devices, steps, batch_size, seed, round_):  # pragma: no cover (compiled)
     """What the kernel's call spends on its batches: every epoch order its devices' steps reach
     (fedsim.shuffle's), drawn into one scratch, as kernel._local_sgd draws them."""
-    scratch = np.empty(max(np.diff(offsets).max(), 1), np.int64)
-    for k in range(positions.shape[0]):
-        n = offsets[positions[k] + 1] - offsets[positions[k]]
+    scratch = np.empty(max(sizes.max(), 1), np.int64)
+    for k in range(sizes.shape[0]):
+        n = sizes[k]
         per_epoch = max(-(-n // batch_size), 1)
         for epoch in range(-(-steps[k] // per_epoch) if n > 0 else 0):
             key = shuffle._epoch_key(seed, round_, np.uint64(devices[k]), np.uint64(epoch))
-            shuffle._shuffle_into(scratch, 0, n, key, offsets[positions[k]])
+            shuffle._shuffle_into(scratch, 0, n, key, starts[k])
     return scratch[0]
 
 
@@ -222,9 +222,8 @@ def plan_seconds(train, settings, solver_sets, repeats: int, kernel_round) -> tu
     best = {"orders": [], "stacked": []}
     for t, devices in enumerate(solver_sets):
         devices = np.asarray(devices, dtype=np.int64)
-        positions = train.locate(devices)
-        steps = local_steps(train.offsets[positions + 1] - train.offsets[positions], settings)
-        calls = {"orders": lambda: orders(train.offsets, positions, devices, steps, settings.batch_size,
+        starts, sizes, steps = kernel_batches(train, devices, settings)
+        calls = {"orders": lambda: orders(starts, sizes, devices, steps, settings.batch_size,
                                           np.uint64(settings.seed), np.uint64(t)),
                  "stacked": lambda: _stacked_plans(train, devices, settings, t)}
         for name, call in calls.items():
@@ -356,9 +355,7 @@ def main() -> None:
         round adds around it is the rest of the kernel row); it draws its batches, as in a run."""
         problem = method.local_problem(ctx, method.init(params, len(sizes)))
         devices = np.asarray(ctx.solvers, dtype=np.int64)
-        positions = train.locate(devices)
-        starts, n = train.offsets[positions], train.offsets[positions + 1] - train.offsets[positions]
-        steps = local_steps(n, settings) if problem.steps is None else np.full(len(devices), problem.steps)
+        starts, n, steps = kernel_batches(train, devices, settings, problem.steps)
         correction = None if problem.correction is None else problem.correction.numpy()
         anchor = None if problem.anchor is None else problem.anchor.numpy()
         x, y = train.kernel_inputs()

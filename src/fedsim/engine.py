@@ -255,13 +255,11 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     devices = np.asarray(devices, dtype=np.int64)
     anchor = None if problem.anchor is None else problem.anchor.numpy()
     if settings.shuffle == "fedsim":  # the batches drawn inside the call: no plan array
-        pos = clients.locate(devices)
-        sizes = clients.offsets[pos + 1] - clients.offsets[pos]
-        steps = local_steps(sizes, settings) if problem.steps is None else np.full(len(devices), problem.steps)
         correction = None if problem.correction is None else problem.correction.numpy()
-        out = kernel.local_sgd_shuffled(*clients.kernel_inputs(), clients.offsets[pos], sizes, devices, steps,
-                                        settings.batch_size, settings.seed, round_, params.numpy(), correction,
-                                        settings.lr, problem.mu, anchor)
+        starts, sizes, steps = kernel_batches(clients, devices, settings, problem.steps)
+        out = kernel.local_sgd_shuffled(*clients.kernel_inputs(), starts, sizes, devices, steps, settings.batch_size,
+                                        settings.seed, round_, params.numpy(), correction, settings.lr, problem.mu,
+                                        anchor)
         return torch.from_numpy(np.ascontiguousarray(out))  # the server's average then reads it without a copy
     rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
     correction = None if problem.correction is None else problem.correction.numpy()[order]
@@ -270,6 +268,14 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     local = np.empty(out.shape, out.dtype)
     local[order] = out  # in the devices' order, contiguous: the server's average reads it without a copy
     return torch.from_numpy(local)
+
+
+def kernel_batches(clients: Clients, devices: np.ndarray, settings: SGDSettings, fixed_steps: int | None = None):
+    """(first rows, sizes, steps) of `devices` as kernel.local_sgd_shuffled takes them: E epochs each,
+    or `fixed_steps` steps."""
+    pos = clients.locate(devices)
+    starts, sizes = clients.offsets[pos], clients.offsets[pos + 1] - clients.offsets[pos]
+    return starts, sizes, local_steps(sizes, settings) if fixed_steps is None else np.full(len(pos), fixed_steps)
 
 
 def local_sgd_auto(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
