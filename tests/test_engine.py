@@ -136,14 +136,15 @@ def _torch_only(monkeypatch):
     monkeypatch.setattr(engine, "kernel_fits", lambda *a: False)
 
 
+@pytest.mark.parametrize("classes", [3, 10, 16])  # the gradient's class tiles: pairs, fives, both
 @pytest.mark.parametrize("dtype, tolerance", [(torch.float64, 1e-12), (torch.float32, 2e-6)])
-def test_compiled_evaluation_equals_torchs(monkeypatch, dtype, tolerance):
+def test_compiled_evaluation_equals_torchs(monkeypatch, dtype, tolerance, classes):
     """Every metric of a round, ragged devices with an empty one, a model large enough that some
     samples' logits differ by hundreds (the loss must stay finite where softmax underflows)."""
     from fedsim.metrics import evaluate
 
-    model, train = tiny_clients(sizes=[*SIZES, 0], dtype=dtype)
-    _, test = tiny_clients(sizes=[3, 0, 5, 2, 9, 1, 4], seed=2, dtype=dtype)
+    model, train = tiny_clients(sizes=[*SIZES, 0], classes=classes, dtype=dtype)
+    _, test = tiny_clients(sizes=[3, 0, 5, 2, 9, 1, 4], classes=classes, seed=2, dtype=dtype)
     params = 40 * tiny_params(model, dtype=dtype)
     compiled = evaluate(model, params, train, test)
     _torch_only(monkeypatch)
@@ -153,9 +154,10 @@ def test_compiled_evaluation_equals_torchs(monkeypatch, dtype, tolerance):
         assert compiled[name] == pytest.approx(value, rel=tolerance, abs=tolerance), name
 
 
-def test_compiled_device_grads_equal_the_models(monkeypatch):
+@pytest.mark.parametrize("classes", [3, 10, 16])
+def test_compiled_device_grads_equal_the_models(monkeypatch, classes):
     """FedDANE's local gradients: any devices, in the caller's order, of a Clients holding only some."""
-    model, clients = tiny_clients()
+    model, clients = tiny_clients(classes=classes)
     held = engine.Clients.from_arrays(*clients.subset([1, 3, 4])[:2], np.array([0, 7, 30, 125]), ids=[1, 3, 4])
     params = tiny_params(model)
     compiled = engine.device_grads(model, params, held, [4, 1])
