@@ -17,6 +17,7 @@ the same code runs everywhere numba does.
     fma(a, b, c)      a * b + c (fused where the host has FMA: llvm.fmuladd)
     add, sub, mul, div  lane by lane; iadd for integer lanes
     load_be16(a, i)   LANES big-endian 16-bit words at bytes a[i:] of a uint8 array, as uint32 lanes
+    load_float64(a, i)  load(a, i) of a float array, as float64 lanes (exact)
     max(a, b)         the larger, lane by lane (a NaN in a is dropped: callers let NaN through exp)
     argmax_step(b, i, z, c)  the running (largest, its index) after class c's z, torch's rule
     store_hsum4(o, i, a, b, c, d)  the four vectors' lane sums stored at o[i:i + 4] in one store, as
@@ -155,6 +156,19 @@ def load_be16(typingctx, a, index):
         return builder.zext(builder.call(swap, [builder.load(pointer, align=1)]), ir.VectorType(ir.IntType(32), LANES))
 
     return Vector(types.uint32)(a, index), codegen
+
+
+@intrinsic
+def load_float64(typingctx, a, index):
+    """load(a, index) of a float32 or float64 array, widened to float64 lanes (exact)."""
+    if not (_indexes(a, index) and isinstance(a.dtype, types.Float)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        lanes = builder.load(_lane_pointer(context, builder, a, args[0], index, args[1]), align=a.dtype.bitwidth // 8)
+        return lanes if a.dtype == types.float64 else builder.fpext(lanes, context.get_value_type(Vector(types.float64)))
+
+    return Vector(types.float64)(a, index), codegen
 
 
 def _larger(builder, a, b):
