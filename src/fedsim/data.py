@@ -425,7 +425,7 @@ simd = None  # fedsim.simd, imported with numba at the first raw read (_compiled
 # numba's cache keys compiled code on each function's own source file, not on fedsim.simd, whose
 # operations the checksum below inlines: as in fedsim.kernel, this names the simd source it was
 # compiled with (tests/test_simd.py checks it), so that a simd edit changes this file too.
-SIMD_SOURCE = "b15b48f1c26bb045"
+SIMD_SOURCE = "d3bc15fbe93febf4"
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 

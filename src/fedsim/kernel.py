@@ -42,15 +42,15 @@ from . import average, shuffle, simd
 # use. So this names the simd source it was compiled with (its sha256, first 16 hex digits;
 # tests/test_simd.py checks it): updating it with each simd edit changes this file, and numba
 # recompiles it.
-SIMD_SOURCE = "b15b48f1c26bb045"
+SIMD_SOURCE = "d3bc15fbe93febf4"
 SHUFFLE_SOURCE = "ef6f9242a55e441f"  # the same for fedsim.shuffle, whose batch orders _local_sgd draws
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 
 
 @numba.njit(inline="always", **_JIT)
-def _logits(x, rows, count, v, z):  # pragma: no cover (compiled)
-    # z[c, i] = x[rows[i]] . v[c] for i < count and every row c of v (an even number), in blocks of
+def _logits(x, rows, count, v, z, first):  # pragma: no cover (compiled)
+    # z[c, i] = x[rows[i]] . v[c] for i < count and rows c >= first of v (an even number of each), in blocks of
     # four samples (then two, then one) against two classes, so that each vector loaded serves
     # several multiply-adds; each block's dot products reduced by shared shuffles and stored four
     # columns at a time (z has columns to spare: a block's columns past `count` get scratch values)
@@ -59,15 +59,16 @@ def _logits(x, rows, count, v, z):  # pragma: no cover (compiled)
     last = count - 1
     for i in range(0, count, 4):  # where fewer are left, the last sample repeated
         if count - i > 2:
-            _logits_block4(x, rows[i], rows[min(i + 1, last)], rows[min(i + 2, last)], rows[min(i + 3, last)], v, z, i)
+            _logits_block4(x, rows[i], rows[min(i + 1, last)], rows[min(i + 2, last)], rows[min(i + 3, last)], v, z, i,
+                           first)
         else:
-            _logits_block2(x, rows[i], rows[min(i + 1, last)], v, z, i)
+            _logits_block2(x, rows[i], rows[min(i + 1, last)], v, z, i, first)
 
 
 @numba.njit(**_JIT)
-def _logits_block4(x, r0, r1, r2, r3, v, z, i):  # pragma: no cover (compiled)
+def _logits_block4(x, r0, r1, r2, r3, v, z, i, first):  # pragma: no cover (compiled)
     zero = z.dtype.type(0)
-    for c in range(0, v.shape[0], 2):
+    for c in range(first, v.shape[0], 2):
         a0 = a1 = a2 = a3 = b0 = b1 = b2 = b3 = simd.splat(zero)
         for d in range(0, x.shape[1], simd.LANES):
             va, vb = simd.load(v, (c, d)), simd.load(v, (c + 1, d))
@@ -79,15 +80,37 @@ def _logits_block4(x, r0, r1, r2, r3, v, z, i):  # pragma: no cover (compiled)
 
 
 @numba.njit(inline="always", **_JIT)
-def _logits_block2(x, r0, r1, v, z, i):  # pragma: no cover (compiled)
+def _logits_block2(x, r0, r1, v, z, i, first):  # pragma: no cover (compiled)
     zero = z.dtype.type(0)
-    for c in range(0, v.shape[0], 2):
+    for c in range(first, v.shape[0], 2):
         a0 = a1 = b0 = b1 = simd.splat(zero)
         for d in range(0, x.shape[1], simd.LANES):
             va, vb, x0, x1 = simd.load(v, (c, d)), simd.load(v, (c + 1, d)), simd.load(x, (r0, d)), simd.load(x, (r1, d))
             a0, a1, b0, b1 = simd.fma(x0, va, a0), simd.fma(x1, va, a1), simd.fma(x0, vb, b0), simd.fma(x1, vb, b1)
         simd.store_hsum4(z, (c, i), a0, a1, b0, b0)  # columns i + 2, i + 3: scratch
         simd.store_hsum4(z, (c + 1, i), b0, b1, a0, a0)
+
+
+@numba.njit(**_JIT)
+def _class_lanes(x, start, count, w, z):  # pragma: no cover (compiled)
+    # z[c, i] = x[start + i, :F] . w[:, c] for i < count and c < w.shape[1] (a multiple of LANES), F =
+    # w.shape[0]: eight samples by LANES classes at a time with the classes in the lanes (each feature
+    # broadcast, no horizontal sums: 1.5x _logits' blocks over a device's rows), each block transposed
+    # into z's columns (past `count`, scratch: the last row repeated)
+    zero, last = z.dtype.type(0), start + count - 1
+    for i in range(0, count, 8):
+        r0, r1, r2, r3 = start + i, min(start + i + 1, last), min(start + i + 2, last), min(start + i + 3, last)
+        r4, r5, r6, r7 = min(start + i + 4, last), min(start + i + 5, last), min(start + i + 6, last), \
+            min(start + i + 7, last)
+        for k in range(0, w.shape[1], simd.LANES):
+            a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = simd.splat(zero)
+            for d in range(np.uint64(w.shape[0])):  # unsigned, as in _weighted_rows
+                wd = simd.load(w, (d, k))
+                a0, a1 = simd.fma(simd.splat(x[r0, d]), wd, a0), simd.fma(simd.splat(x[r1, d]), wd, a1)
+                a2, a3 = simd.fma(simd.splat(x[r2, d]), wd, a2), simd.fma(simd.splat(x[r3, d]), wd, a3)
+                a4, a5 = simd.fma(simd.splat(x[r4, d]), wd, a4), simd.fma(simd.splat(x[r5, d]), wd, a5)
+                a6, a7 = simd.fma(simd.splat(x[r6, d]), wd, a6), simd.fma(simd.splat(x[r7, d]), wd, a7)
+            simd.store_transposed(z, (k, i), a0, a1, a2, a3, a4, a5, a6, a7)
 
 
 @numba.njit(**_JIT)
@@ -278,10 +301,10 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, o
                     if rows[base, b] != sentinel:  # padding slots contribute nothing
                         picked[count] = rows[base, b]
                         count += 1
-            _logits(x, picked, count, v, z)
+            _logits(x, picked, count, v, z, 0)
             _softmax(z, count, classes)
             if anchor.shape[0]:
-                _logits(x, picked, count, anchor, q)
+                _logits(x, picked, count, anchor, q, 0)
                 _softmax(q, count, classes)
                 for c in range(classes):
                     for i in range(count):
@@ -302,12 +325,14 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, o
 
 
 @numba.njit(**_JIT)
-def _device_stats(x, y, starts, stops, v, classes, loss, correct, grads):  # pragma: no cover (compiled)
+def _device_stats(x, y, starts, stops, v, w, classes, loss, correct, grads):  # pragma: no cover (compiled)
     # Device j owns rows starts[j]:stops[j]: its summed cross-entropy (accumulated in float64), its
     # count of correct argmaxes (the first largest logit or first NaN, as torch's argmax) and, when
     # `grads` has a row per device, its summed gradient sum_i (softmax(x_i V^T) - onehot(y_i)) x_i,
-    # as V is laid out. All of a device's logits first (a column a sample), then LANES samples at a
-    # time their argmax, log-sum-exp and softmax, then its gradient as in _local_sgd.
+    # as V is laid out. All of a device's logits first (a column a sample): the first w.shape[1]
+    # classes by _class_lanes from w (W's first columns, a multiple of LANES: none gives _logits' bits
+    # for all), the rest by _logits; then LANES samples at a time their argmax, log-sum-exp and softmax,
+    # then its gradient.
     zero, L = v.dtype.type(0), simd.LANES
     with_grads = grads.shape[0] > 0
     longest = 1
@@ -321,18 +346,28 @@ def _device_stats(x, y, starts, stops, v, classes, loss, correct, grads):  # pra
         count = stops[j] - starts[j]
         for i in range(count):
             rows[i] = starts[j] + i
-        _logits(x, rows, count, v, z)
-        total, hits = 0.0, 0
+        _class_lanes(x, starts[j], count, w, z)
+        _logits(x, rows, count, v, z, w.shape[1])
+        total, hits, hit_lanes = 0.0, 0, simd.splat(zero)
         for s in range(0, count, L):
             high, index = simd.load(z, (0, s)), simd.splat(zero)
             for c in range(1, classes):
                 high, index = simd.argmax_step(high, index, simd.load(z, (c, s)), c)
-            simd.store(best, 0, index)
-            simd.store(top, 0, high)
-            for i in range(s, min(s + L, count)):
-                label = y[rows[i]]
-                total += top[i - s] - z[label, i]  # minus the label's logit; log-sum-exp below
-                hits += best[i - s] == label
+            if s + L <= count:  # LANES samples: their labels' logits and their hits by lane selects
+                labels, picked = simd.load_as(y, starts[j] + s, zero), simd.splat(zero)
+                for c in range(classes):
+                    picked = simd.where_equal(labels, simd.splat(simd.like(c, zero)), simd.load(z, (c, s)), picked)
+                hit_lanes = simd.add(hit_lanes, simd.where_equal(index, labels, one, simd.splat(zero)))
+                simd.store(top, 0, simd.sub(high, picked))
+                for i in range(L):
+                    total += top[i]  # minus the label's logit; log-sum-exp below
+            else:
+                simd.store(best, 0, index)
+                simd.store(top, 0, high)
+                for i in range(s, count):
+                    label = y[rows[i]]
+                    total += top[i - s] - z[label, i]
+                    hits += best[i - s] == label
             sums = _exp_shifted(z, s, classes, high)
             simd.store(norm, 0, sums)
             product = 1.0  # one log for LANES samples: each factor is in [1, classes], so eight cannot overflow
@@ -341,6 +376,9 @@ def _device_stats(x, y, starts, stops, v, classes, loss, correct, grads):  # pra
             total += math.log(product)
             if with_grads:
                 _scale(z, s, classes, simd.div(one, sums))
+        simd.store(best, 0, hit_lanes)
+        for i in range(L):
+            hits += int(best[i])
         loss[j], correct[j] = total, hits
         if with_grads:
             for i in range(np.uint64(count)):
@@ -349,16 +387,16 @@ def _device_stats(x, y, starts, stops, v, classes, loss, correct, grads):  # pra
 
 
 @numba.njit(**_JIT)
-def _evaluation(x, y, offsets, test_x, test_y, test_offsets, v, classes, out):  # pragma: no cover (compiled)
+def _evaluation(x, y, offsets, test_x, test_y, test_offsets, v, w, classes, out):  # pragma: no cover (compiled)
     # out <- fedsim.metrics' six numbers at V: both splits' per-device stats (_device_stats), summed
     # over devices and divided by the rows held; then the dissimilarities of the devices' gradients
     devices = offsets.shape[0] - 1
     loss, correct = np.empty(devices), np.empty(devices, dtype=np.int64)
     sums = np.empty((devices, v.shape[0], x.shape[1]), dtype=v.dtype)
-    _device_stats(x, y, offsets[:-1], offsets[1:], v, classes, loss, correct, sums)
+    _device_stats(x, y, offsets[:-1], offsets[1:], v, w, classes, loss, correct, sums)
     test_devices = test_offsets.shape[0] - 1
     test_loss, test_correct = np.empty(test_devices), np.empty(test_devices, dtype=np.int64)
-    _device_stats(test_x, test_y, test_offsets[:-1], test_offsets[1:], v, classes, test_loss, test_correct,
+    _device_stats(test_x, test_y, test_offsets[:-1], test_offsets[1:], v, w, classes, test_loss, test_correct,
                   np.empty((0, v.shape[0], x.shape[1]), dtype=v.dtype))
     rows, test_rows = max(y.shape[0] - 1, 1), max(test_y.shape[0] - 1, 1)  # the padding row left out
     out[0], out[1] = loss.sum() / rows, correct.sum() / rows
@@ -413,7 +451,8 @@ def evaluation(x: np.ndarray, y: np.ndarray, offsets: np.ndarray, test_x: np.nda
     if test_x.shape[1] != x.shape[1]:  # the compiled call reads both with the same padded weights
         raise ValueError(f"the splits' padded widths differ: {x.shape[1]} and {test_x.shape[1]}")
     out = np.empty(6)
-    _evaluation(x, y, offsets, test_x, test_y, test_offsets, _transposed(w, x.shape[1]), w.shape[1], out)
+    lanes = np.ascontiguousarray(w[:, :w.shape[1] // simd.LANES * simd.LANES])  # _class_lanes' classes
+    _evaluation(x, y, offsets, test_x, test_y, test_offsets, _transposed(w, x.shape[1]), lanes, w.shape[1], out)
     return out.tolist()
 
 
@@ -433,8 +472,9 @@ def summed_grads(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.nda
     v = _transposed(w, x.shape[1])
     devices = len(starts)
     grads = np.empty((devices, *v.shape), dtype=w.dtype)
-    _device_stats(x, y, np.asarray(starts, np.int64), np.asarray(stops, np.int64), v, classes, np.empty(devices),
-                  np.empty(devices, dtype=np.int64), grads)
+    no_lanes = np.empty((features, 0), dtype=w.dtype)  # every class by _logits: the bits FedDANE's runs rest on
+    _device_stats(x, y, np.asarray(starts, np.int64), np.asarray(stops, np.int64), v, no_lanes, classes,
+                  np.empty(devices), np.empty(devices, dtype=np.int64), grads)
     return grads[:, :classes, :features].transpose(0, 2, 1)
 
 

@@ -18,10 +18,14 @@ the same code runs everywhere numba does.
     add, sub, mul, div  lane by lane; iadd for integer lanes
     load_be16(a, i)   LANES big-endian 16-bit words at bytes a[i:] of a uint8 array, as uint32 lanes
     load_float64(a, i)  load(a, i) of a float array, as float64 lanes (exact)
+    load_as(a, i, t)  load(a, i) of an integer array (labels), converted to t's float type
+    where_equal(a, b, x, y)  x where a == b, else y, lane by lane
     max(a, b)         the larger, lane by lane (a NaN in a is dropped: callers let NaN through exp)
     argmax_step(b, i, z, c)  the running (largest, its index) after class c's z, torch's rule
     store_hsum4(o, i, a, b, c, d)  the four vectors' lane sums stored at o[i:i + 4] in one store, as
                       fixed trees (the same order every call) sharing their shuffles
+    store_transposed(o, (r, j), a0, .., a7)  o[r + c, j + i] = lane c of a_i for c, i < 8 (LANES = 8): an
+                      8 x 8 transpose in registers, eight row stores
     exp(v)            e ** v lane by lane: a polynomial for float32, libm's exp for float64
 """
 
@@ -171,6 +175,33 @@ def load_float64(typingctx, a, index):
     return Vector(types.float64)(a, index), codegen
 
 
+@intrinsic
+def load_as(typingctx, a, index, example):
+    """load(a, index) of an integer array (int64 lanes narrowed to 32 bits first: labels, classes),
+    converted to example's float type."""
+    if not (_indexes(a, index) and isinstance(a.dtype, types.Integer) and isinstance(example, types.Float)):
+        return None
+
+    def codegen(context, builder, signature, args):
+        lanes = builder.load(_lane_pointer(context, builder, a, args[0], index, args[1]), align=a.dtype.bitwidth // 8)
+        if a.dtype.bitwidth > 32:
+            lanes = builder.trunc(lanes, ir.VectorType(ir.IntType(32), LANES))
+        return builder.sitofp(lanes, context.get_value_type(Vector(example)))
+
+    return Vector(example)(a, index, example), codegen
+
+
+@intrinsic
+def where_equal(typingctx, a, b, x, y):
+    if not (isinstance(a, Vector) and a == b and isinstance(x, Vector) and x == y):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return builder.select(builder.fcmp_ordered("==", args[0], args[1]), args[2], args[3])
+
+    return x(a, b, x, y), codegen
+
+
 def _larger(builder, a, b):
     # a > b ? a : b, lane by lane: a NaN in a is dropped, as x86's maxps drops it
     return builder.select(builder.fcmp_ordered(">", a, b), a, b)
@@ -263,6 +294,42 @@ def store_hsum4(typingctx, out, index, a, b, c, d):
         return context.get_dummy_value()
 
     return types.none(out, index, a, b, c, d), codegen
+
+
+def _transposed8(builder, rows):
+    # the 8 x 8 transpose of eight <8 x T> vectors (vector i's lane c -> vector c's lane i) in the three
+    # rounds of shuffles that AVX2 has instructions for: pairs interleaved, then quads, then halves
+    low, high = [0, 8, 1, 9, 4, 12, 5, 13], [2, 10, 3, 11, 6, 14, 7, 15]
+    t = [_pick(builder, rows[i], rows[i + 1], mask) for i in range(0, 8, 2) for mask in (low, high)]
+    even, odd = [0, 1, 8, 9, 4, 5, 12, 13], [2, 3, 10, 11, 6, 7, 14, 15]
+    q = [_pick(builder, t[i], t[i + 2], mask) for i in (0, 1, 4, 5) for mask in (even, odd)]
+    first, second = [0, 1, 2, 3, 8, 9, 10, 11], [4, 5, 6, 7, 12, 13, 14, 15]
+    out = [None] * 8
+    for c in range(4):
+        out[c], out[c + 4] = _pick(builder, q[c], q[c + 4], first), _pick(builder, q[c], q[c + 4], second)
+    return out
+
+
+@intrinsic
+def store_transposed(typingctx, out, index, a0, a1, a2, a3, a4, a5, a6, a7):
+    """out[r + c, j + i] = lane c of a_i, for c, i < 8, index = (r, j) of a 2-D array (LANES = 8)."""
+    vectors = (a0, a1, a2, a3, a4, a5, a6, a7)
+    if not (LANES == 8 and _indexes(out, index) and out.ndim == 2 and isinstance(a0, Vector)
+            and all(a == a0 for a in vectors) and a0.dtype == out.dtype):
+        return None
+
+    def codegen(context, builder, signature, args):
+        row, column = cgutils.unpack_tuple(builder, args[1])
+        row = context.cast(builder, row, index[0], types.intp)
+        for c, value in enumerate(_transposed8(builder, args[2:])):
+            at = context.make_tuple(builder, types.UniTuple(types.intp, 2),
+                                    [builder.add(row, ir.Constant(row.type, c)),
+                                     context.cast(builder, column, index[1], types.intp)])
+            pointer = _lane_pointer(context, builder, out, args[0], types.UniTuple(types.intp, 2), at)
+            builder.store(value, pointer, align=out.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+
+    return types.none(out, index, *vectors), codegen
 
 
 # float32 e**x as in Cephes' expf: x = n ln2 + r with |r| <= ln2 / 2 (ln2 in two parts, so n ln2
