@@ -87,6 +87,61 @@ def test_big_endian_words_and_integer_lanes():
     np.testing.assert_array_equal(_be_words_plus(a, 3, b), (words + 2 ** 32 - 1) % 2 ** 32)
 
 
+@numba.njit
+def _transposed_block(a, out, row, column):
+    # out[row + c, column + i] = a[i, c] for i, c < 8, from eight row vectors of a
+    simd.store_transposed(out, (row, column), simd.load(a, (0, 0)), simd.load(a, (1, 0)), simd.load(a, (2, 0)),
+                          simd.load(a, (3, 0)), simd.load(a, (4, 0)), simd.load(a, (5, 0)), simd.load(a, (6, 0)),
+                          simd.load(a, (7, 0)))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transposed_store_writes_the_block_and_nothing_else(dtype):
+    a = np.random.default_rng(3).standard_normal((8, 8)).astype(dtype)
+    out = np.full((11, 13), -1, dtype)
+    _transposed_block(a, out, 2, 3)
+    expected = np.full((11, 13), -1, dtype)
+    expected[2:10, 3:11] = a.T
+    np.testing.assert_array_equal(out, expected)
+
+
+@numba.njit
+def _labels_logit_and_hits(labels, at, z, index):
+    # lanes at..at + L: z[labels[i], i] picked by lane selects, and whether index[i] == labels[i]
+    zero = z.dtype.type(0)
+    wanted, picked = simd.load_as(labels, at, zero), simd.splat(zero)
+    for c in range(z.shape[0]):
+        picked = simd.where_equal(wanted, simd.splat(simd.like(c, zero)), simd.load(z, (c, 0)), picked)
+    out = np.empty((2, L), z.dtype)
+    simd.store(out, (0, 0), picked)
+    simd.store(out, (1, 0), simd.where_equal(simd.load(index, 0), wanted, simd.splat(z.dtype.type(1)), simd.splat(zero)))
+    return out
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_integer_lanes_as_floats_pick_a_row_per_lane(dtype):
+    rng = np.random.default_rng(4)
+    labels = rng.integers(0, 5, L + 3)  # int64, read from an unaligned start
+    z = rng.standard_normal((5, L)).astype(dtype)
+    index = rng.integers(0, 5, L).astype(dtype)
+    picked, hits = _labels_logit_and_hits(labels, 3, z, index)
+    np.testing.assert_array_equal(picked, z[labels[3:], np.arange(L)])
+    np.testing.assert_array_equal(hits, (index == labels[3:]).astype(dtype))
+
+
+@numba.njit
+def _widened(a, at):
+    out = np.empty(L)
+    simd.store(out, 0, simd.load_float64(a, at))
+    return out
+
+
+def test_float32_lanes_widen_to_float64_exactly():
+    a = np.random.default_rng(5).standard_normal(L + 1).astype(np.float32)
+    np.testing.assert_array_equal(_widened(a, 1), a[1:].astype(np.float64))
+    np.testing.assert_array_equal(_widened(a.astype(np.float64), 1), a[1:].astype(np.float64))
+
+
 def test_compiled_modules_name_the_simd_source_they_inline():
     """numba's cache would keep their machine code after a simd edit (it keys on each function's
     own file): each names the simd source it was compiled with, and an edit there must update it."""

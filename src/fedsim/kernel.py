@@ -95,7 +95,7 @@ def _logits_block2(x, r0, r1, v, z, i, first):  # pragma: no cover (compiled)
 def _class_lanes(x, start, count, w, z):  # pragma: no cover (compiled)
     # z[c, i] = x[start + i, :F] . w[:, c] for i < count and c < w.shape[1] (a multiple of LANES), F =
     # w.shape[0]: eight samples by LANES classes at a time with the classes in the lanes (each feature
-    # broadcast, no horizontal sums: 1.5x _logits' blocks over a device's rows), each block transposed
+    # broadcast, no horizontal sums: 1.3x _logits' blocks over a device's rows), each block transposed
     # into z's columns (past `count`, scratch: the last row repeated)
     zero, last = z.dtype.type(0), start + count - 1
     for i in range(0, count, 8):
