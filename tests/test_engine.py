@@ -184,6 +184,16 @@ def test_compiled_evaluation_of_a_diverged_model_reads_as_torchs(monkeypatch):
         assert np.isnan(compiled[name]) and np.isnan(reference[name]), name
 
 
+def test_compiled_evaluation_refuses_weights_wider_than_the_rows():
+    """The compiled call writes W^T into rows of x's padded width without bounds checks: weights for
+    more features than that must be an error, not a write past the buffer."""
+    from fedsim import kernel
+
+    x, y, offsets = kernel.padded(np.zeros((3, 2), np.float32)), np.zeros(4, np.int64), np.array([0, 3])
+    with pytest.raises(ValueError, match=f"weights for {x.shape[1] + 1} features, rows of {x.shape[1]}"):
+        kernel.evaluation(x, y, offsets, x, y, offsets, np.zeros((x.shape[1] + 1, 2), np.float32))
+
+
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="the bits matched are MKL's; this torch has no MKL")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_compiled_average_has_tensordots_bits(dtype):

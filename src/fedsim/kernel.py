@@ -92,8 +92,8 @@ def _logits_block2(x, r0, r1, v, z, i, first):  # pragma: no cover (compiled)
 
 
 @numba.njit(**_JIT)
-def _class_lanes(x, start, count, w, z):  # pragma: no cover (compiled)
-    # z[c, i] = x[start + i, :F] . w[:, c] for i < count and c < w.shape[1] (a multiple of LANES), F =
+def _class_lanes(x, start, count, w, lanes, z):  # pragma: no cover (compiled)
+    # z[c, i] = x[start + i, :F] . w[:, c] for i < count and c < lanes (a multiple of LANES), F =
     # w.shape[0]: eight samples by LANES classes at a time with the classes in the lanes (each feature
     # broadcast, no horizontal sums: 1.3x _logits' blocks over a device's rows), each block transposed
     # into z's columns (past `count`, scratch: the last row repeated)
@@ -102,7 +102,7 @@ def _class_lanes(x, start, count, w, z):  # pragma: no cover (compiled)
         r0, r1, r2, r3 = start + i, min(start + i + 1, last), min(start + i + 2, last), min(start + i + 3, last)
         r4, r5, r6, r7 = min(start + i + 4, last), min(start + i + 5, last), min(start + i + 6, last), \
             min(start + i + 7, last)
-        for k in range(0, w.shape[1], simd.LANES):
+        for k in range(0, lanes, simd.LANES):
             a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = simd.splat(zero)
             for d in range(np.uint64(w.shape[0])):  # unsigned, as in _weighted_rows
                 wd = simd.load(w, (d, k))
@@ -325,13 +325,13 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, o
 
 
 @numba.njit(**_JIT)
-def _device_stats(x, y, starts, stops, v, w, classes, loss, correct, grads):  # pragma: no cover (compiled)
+def _device_stats(x, y, starts, stops, v, w, lanes, classes, loss, correct, grads):  # pragma: no cover (compiled)
     # Device j owns rows starts[j]:stops[j]: its summed cross-entropy (accumulated in float64), its
     # count of correct argmaxes (the first largest logit or first NaN, as torch's argmax) and, when
     # `grads` has a row per device, its summed gradient sum_i (softmax(x_i V^T) - onehot(y_i)) x_i,
-    # as V is laid out. All of a device's logits first (a column a sample): the first w.shape[1]
-    # classes by _class_lanes from w (W's first columns, a multiple of LANES: none gives _logits' bits
-    # for all), the rest by _logits; then LANES samples at a time their argmax, log-sum-exp and softmax,
+    # as V is laid out. All of a device's logits first (a column a sample): the first `lanes` classes
+    # by _class_lanes from w (the weights as features by classes; a multiple of LANES, 0 gives _logits'
+    # bits for all), the rest by _logits; then LANES samples at a time their argmax, log-sum-exp and softmax,
     # then its gradient.
     zero, L = v.dtype.type(0), simd.LANES
     with_grads = grads.shape[0] > 0
@@ -346,8 +346,8 @@ def _device_stats(x, y, starts, stops, v, w, classes, loss, correct, grads):  # 
         count = stops[j] - starts[j]
         for i in range(count):
             rows[i] = starts[j] + i
-        _class_lanes(x, starts[j], count, w, z)
-        _logits(x, rows, count, v, z, w.shape[1])
+        _class_lanes(x, starts[j], count, w, lanes, z)
+        _logits(x, rows, count, v, z, lanes)
         total, hits, hit_lanes, product = 0.0, 0, simd.splat(zero), 1.0
         for s in range(0, count, L):
             high, index = simd.load(z, (0, s)), simd.splat(zero)
@@ -387,17 +387,24 @@ def _device_stats(x, y, starts, stops, v, w, classes, loss, correct, grads):  # 
 
 
 @numba.njit(**_JIT)
-def _evaluation(x, y, offsets, test_x, test_y, test_offsets, v, w, classes, out):  # pragma: no cover (compiled)
-    # out <- fedsim.metrics' six numbers at V: both splits' per-device stats (_device_stats), summed
-    # over devices and divided by the rows held; then the dissimilarities of the devices' gradients
+def _evaluation(x, y, offsets, test_x, test_y, test_offsets, w, out):  # pragma: no cover (compiled)
+    # out <- fedsim.metrics' six numbers at weights w (features, classes): both splits' per-device stats
+    # (_device_stats), summed over devices and divided by the rows held; then the dissimilarities of
+    # the devices' gradients. V, as _transposed makes it, built here: in numpy it cost 4 us of some 280.
+    features, classes = w.shape
+    v = np.zeros((classes + classes % 2, x.shape[1]), dtype=w.dtype)
+    for c in range(classes):
+        for f in range(features):
+            v[c, f] = w[f, c]
+    lanes = classes // simd.LANES * simd.LANES
     devices = offsets.shape[0] - 1
     loss, correct = np.empty(devices), np.empty(devices, dtype=np.int64)
     sums = np.empty((devices, v.shape[0], x.shape[1]), dtype=v.dtype)
-    _device_stats(x, y, offsets[:-1], offsets[1:], v, w, classes, loss, correct, sums)
+    _device_stats(x, y, offsets[:-1], offsets[1:], v, w, lanes, classes, loss, correct, sums)
     test_devices = test_offsets.shape[0] - 1
     test_loss, test_correct = np.empty(test_devices), np.empty(test_devices, dtype=np.int64)
-    _device_stats(test_x, test_y, test_offsets[:-1], test_offsets[1:], v, w, classes, test_loss, test_correct,
-                  np.empty((0, v.shape[0], x.shape[1]), dtype=v.dtype))
+    _device_stats(test_x, test_y, test_offsets[:-1], test_offsets[1:], v, w, lanes, classes, test_loss,
+                  test_correct, np.empty((0, v.shape[0], x.shape[1]), dtype=v.dtype))
     rows, test_rows = max(y.shape[0] - 1, 1), max(test_y.shape[0] - 1, 1)  # the padding row left out
     out[0], out[1] = loss.sum() / rows, correct.sum() / rows
     out[2], out[3] = test_loss.sum() / test_rows, test_correct.sum() / test_rows
@@ -450,9 +457,10 @@ def evaluation(x: np.ndarray, y: np.ndarray, offsets: np.ndarray, test_x: np.nda
     some forty small numpy calls cost about 10 us, most of the metrics' time.)"""
     if test_x.shape[1] != x.shape[1]:  # the compiled call reads both with the same padded weights
         raise ValueError(f"the splits' padded widths differ: {x.shape[1]} and {test_x.shape[1]}")
+    if w.shape[0] > x.shape[1]:  # the compiled call writes W^T into rows of that width, unchecked
+        raise ValueError(f"weights for {w.shape[0]} features, rows of {x.shape[1]}")
     out = np.empty(6)
-    lanes = np.ascontiguousarray(w[:, :w.shape[1] // simd.LANES * simd.LANES])  # _class_lanes' classes
-    _evaluation(x, y, offsets, test_x, test_y, test_offsets, _transposed(w, x.shape[1]), lanes, w.shape[1], out)
+    _evaluation(x, y, offsets, test_x, test_y, test_offsets, np.ascontiguousarray(w), out)
     return out.tolist()
 
 
@@ -472,9 +480,9 @@ def summed_grads(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.nda
     v = _transposed(w, x.shape[1])
     devices = len(starts)
     grads = np.empty((devices, *v.shape), dtype=w.dtype)
-    no_lanes = np.empty((features, 0), dtype=w.dtype)  # every class by _logits: the bits FedDANE's runs rest on
-    _device_stats(x, y, np.asarray(starts, np.int64), np.asarray(stops, np.int64), v, no_lanes, classes,
-                  np.empty(devices), np.empty(devices, dtype=np.int64), grads)
+    lanes = 0  # no lane classes: every class by _logits, the bits FedDANE's runs rest on
+    _device_stats(x, y, np.asarray(starts, np.int64), np.asarray(stops, np.int64), v, np.ascontiguousarray(w), lanes,
+                  classes, np.empty(devices), np.empty(devices, dtype=np.int64), grads)
     return grads[:, :classes, :features].transpose(0, 2, 1)
 
 
