@@ -190,8 +190,9 @@ def test_compiled_evaluation_refuses_weights_wider_than_the_rows():
     from fedsim import kernel
 
     x, y, offsets = kernel.padded(np.zeros((3, 2), np.float32)), np.zeros(4, np.int64), np.array([0, 3])
-    with pytest.raises(ValueError, match=f"weights for {x.shape[1] + 1} features, rows of {x.shape[1]}"):
+    with pytest.raises(ValueError, match=f"weights with {x.shape[1] + 1} rows, for x's rows {x.shape[1]} wide"):
         kernel.evaluation(x, y, offsets, x, y, offsets, np.zeros((x.shape[1] + 1, 2), np.float32))
+    assert np.isfinite(kernel.evaluation(x, y, offsets, x, y, offsets, np.zeros((x.shape[1], 2), np.float32))[0])
 
 
 @pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="the bits matched are MKL's; this torch has no MKL")

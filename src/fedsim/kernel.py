@@ -93,7 +93,7 @@ def _logits_block2(x, r0, r1, v, z, i, first):  # pragma: no cover (compiled)
 
 @numba.njit(**_JIT)
 def _class_lanes(x, start, count, w, lanes, z):  # pragma: no cover (compiled)
-    # z[c, i] = x[start + i, :F] . w[:, c] for i < count and c < lanes (a multiple of LANES), F =
+    # z[c, i] = x[start + i, :F] . w[:, c] for i < count and c < lanes (a multiple of LANES, <= w.shape[1]), F =
     # w.shape[0]: eight samples by LANES classes at a time with the classes in the lanes (each feature
     # broadcast, no horizontal sums: 1.3x _logits' blocks over a device's rows), each block transposed
     # into z's columns (past `count`, scratch: the last row repeated)
@@ -458,7 +458,7 @@ def evaluation(x: np.ndarray, y: np.ndarray, offsets: np.ndarray, test_x: np.nda
     if test_x.shape[1] != x.shape[1]:  # the compiled call reads both with the same padded weights
         raise ValueError(f"the splits' padded widths differ: {x.shape[1]} and {test_x.shape[1]}")
     if w.shape[0] > x.shape[1]:  # the compiled call writes W^T into rows of that width, unchecked
-        raise ValueError(f"weights for {w.shape[0]} features, rows of {x.shape[1]}")
+        raise ValueError(f"weights with {w.shape[0]} rows, for x's rows {x.shape[1]} wide")
     out = np.empty(6)
     _evaluation(x, y, offsets, test_x, test_y, test_offsets, np.ascontiguousarray(w), out)
     return out.tolist()
