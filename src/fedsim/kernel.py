@@ -441,11 +441,11 @@ def _dissimilarities(offsets, sums):  # pragma: no cover (compiled)
             d = simd.sub(g, simd.load(mean, k))
             gap, square = simd.fma(d, d, gap), simd.fma(g, g, square)
         spread, weighted = simd.add(spread, gap), simd.fma(share, square, weighted)
-    lanes = np.empty((3, simd.LANES))
-    simd.store(lanes, (0, 0), mean_sq)
-    simd.store(lanes, (1, 0), spread)
-    simd.store(lanes, (2, 0), weighted)
-    mean_sq_, spread_, weighted_ = lanes[0].sum(), lanes[1].sum(), lanes[2].sum()
+    partial = np.empty((3, simd.LANES))  # the three sums' lanes, added up below
+    simd.store(partial, (0, 0), mean_sq)
+    simd.store(partial, (1, 0), spread)
+    simd.store(partial, (2, 0), weighted)
+    mean_sq_, spread_, weighted_ = partial[0].sum(), partial[1].sum(), partial[2].sum()
     return spread_ / devices if devices > 0 else np.nan, weighted_ / mean_sq_ if mean_sq_ > 0 else np.nan
 
 
