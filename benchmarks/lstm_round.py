@@ -31,7 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fedsim import calibration, cost  # noqa: E402
 from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop  # noqa: E402
-from fedsim.lstm import CharLSTM, Sent140LSTM  # noqa: E402
+from fedsim.models.char_lstm import CharLSTM
+from fedsim.models.sent140_lstm import Sent140LSTM  # noqa: E402
 from fedsim.methods import LocalProblem  # noqa: E402
 
 MEAN_SAMPLES = {"shakespeare": 3616, "sent140": 53}

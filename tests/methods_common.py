@@ -6,7 +6,7 @@ import torch
 from fedsim.data import FederatedDataset
 from fedsim.engine import ENGINES, SGDSettings, local_steps
 from fedsim.methods import RoundContext
-from fedsim.models import MCLR
+from fedsim.models.mclr import MCLR
 
 from tiny import tiny_clients, tiny_params
 

@@ -10,7 +10,7 @@ import torch
 from fedsim import authors
 from fedsim.data import FederatedDataset
 from fedsim.leaf.leafjson import import_leaf_json
-from fedsim.models import MCLR
+from fedsim.models.mclr import MCLR
 from fedsim.train import RunConfig, run
 
 from tiny import tiny_dataset

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
-from fedsim.lstm import Sent140LSTM
+from fedsim.models.sent140_lstm import Sent140LSTM
 from fedsim.methods import LocalProblem
 from fedsim.train import RunConfig, run
 

@@ -1,3 +1,5 @@
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -21,14 +23,14 @@ def test_batch_plan_visits_every_sample_once_per_epoch():
     assert not np.array_equal(plan, batch_plan(10, settings, round_=3, device=7))
 
 
-def whole_round(dtype, devices, batch_size=4, mu=0.2, chunk_steps=256):
+def whole_round(dtype, devices, batch_size=4, mu=0.2):
     model, clients = tiny_clients(dtype=dtype)
     params = tiny_params(model, dtype=dtype)
     correction = 0.05 * torch.randn(len(devices), *params.shape, generator=torch.Generator().manual_seed(3),
                                     dtype=torch.float64).to(dtype)
     problem = LocalProblem(mu=mu, correction=correction)
     settings = SGDSettings(lr=0.05, epochs=5, batch_size=batch_size, seed=11)
-    batched = local_sgd_batched(model, params, problem, clients, devices, settings, 4, chunk_steps=chunk_steps)
+    batched = local_sgd_batched(model, params, problem, clients, devices, settings, 4)
     loop = local_sgd_loop(model, params, problem, clients, devices, settings, 4)
     return batched, loop, params
 
@@ -43,24 +45,15 @@ def test_batched_engine_equals_per_device_loop(batch_size):
     torch.testing.assert_close(batched, loop, rtol=0, atol=1e-6)
 
 
-def test_batched_engine_keeps_the_callers_device_order_and_chunks():
+def test_batched_engine_keeps_the_callers_device_order():
     devices = np.array([4, 0, 3, 1])  # not sorted by size: the engine reorders internally
-    batched, loop, _ = whole_round(torch.float64, devices, chunk_steps=3)
+    batched, loop, _ = whole_round(torch.float64, devices)
     torch.testing.assert_close(batched, loop, rtol=0, atol=1e-6)
 
 
 def test_float32_engines_agree_to_rounding():
     batched, loop, _ = whole_round(torch.float32, np.arange(len(SIZES)))
     torch.testing.assert_close(batched, loop, rtol=1e-4, atol=1e-5)
-
-
-def test_chunking_the_precomputation_changes_nothing(monkeypatch):
-    """Chunks only group the gathering of inputs; every step computes the same numbers."""
-    devices = np.arange(len(SIZES))
-    whole, _, _ = whole_round(torch.float32, devices)
-    monkeypatch.setattr(engine, "CHUNK_ROWS", 7)  # below one step of all devices: 1-step chunks
-    chunked, _, _ = whole_round(torch.float32, devices, chunk_steps=2)
-    assert torch.equal(whole, chunked)
 
 
 @pytest.mark.parametrize("batch_size", [1, 4, 10, 200])
@@ -115,25 +108,61 @@ def test_float32_kernel_agrees_with_the_batched_engine_to_rounding():
     torch.testing.assert_close(kernel, batched, rtol=1e-4, atol=1e-5)
 
 
-def test_auto_engine_is_the_kernel_for_mclr_on_the_cpu(monkeypatch):
+def test_auto_engine_takes_the_accelerator_a_model_declares(monkeypatch):
+    """auto: the model's accelerator on its device, the general rule for a model that names none,
+    and for a problem asking what the accelerator does not implement."""
     calls = []
-    monkeypatch.setattr(engine, "local_sgd_kernel", lambda *a: calls.append("kernel"))
+    monkeypatch.setitem(engine.ACCELERATORS, "kernel", dataclasses.replace(
+        engine.KERNEL, local_sgd=lambda *a: calls.append("kernel")))
     monkeypatch.setattr(engine, "local_sgd_batched", lambda *a, **k: calls.append("batched"))
     model, clients = tiny_clients()
-    engine.local_sgd_auto(model, tiny_params(model), LocalProblem(0.0, None), clients, [0], None, 0)
+    params, plain = tiny_params(model), LocalProblem(0.0, None)
+    engine.local_sgd_auto(model, params, plain, clients, [0], None, 0)
 
-    class Stacked:
-        stacked_grads = None
-    engine.local_sgd_auto(Stacked(), tiny_params(model), LocalProblem(0.0, None), clients, [0], None, 0)
-    assert calls == ["kernel", "batched"]
+    class Unaccelerated(type(model)):
+        accelerators = ()
+    engine.local_sgd_auto(Unaccelerated(5, 3), params, plain, clients, [0], None, 0)
+    monkeypatch.setitem(engine.ACCELERATORS, "kernel", dataclasses.replace(
+        engine.ACCELERATORS["kernel"], fields=frozenset({"correction"})))
+    engine.local_sgd_auto(model, params, LocalProblem(0.5, None), clients, [0], None, 0)  # mu: not in its fields
+    assert calls == ["kernel", "batched", "batched"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PlantedProblem(LocalProblem):
+    """A local problem with a field no engine implements (as a new method might add one)."""
+
+    planted: object = None
+
+
+@pytest.mark.parametrize("name", ["auto", "kernel", "batched", "loop"])
+def test_no_engine_runs_a_problem_without_a_field_it_asks_for(name):
+    model, clients = tiny_clients()
+    params = tiny_params(model)
+    settings = SGDSettings(lr=0.05, epochs=1, batch_size=4, seed=11)
+    unset = PlantedProblem(mu=0.0, correction=None)
+    assert engine.ENGINES[name](model, params, unset, clients, [0, 1], settings, 0).shape == (2, *params.shape)
+    with pytest.raises(ValueError, match="local problem field 'planted' is not implemented by the batched engine"
+                       if name in ("auto", "batched") else f"field 'planted' is not implemented by the {name} engine"):
+        engine.ENGINES[name](model, params, PlantedProblem(mu=0.0, correction=None, planted=1.0), clients, [0, 1],
+                             settings, 0)
+
+
+def test_every_declared_accelerator_exists_and_declares_the_fields_it_implements():
+    from fedsim import models
+
+    for model in models.REGISTRY.values():
+        assert set(model.accelerators) <= set(engine.ACCELERATORS), model.name
+    assert engine.KERNEL.fields == engine.GENERAL_FIELDS
+    assert engine.GENERAL_FIELDS == {f.name for f in dataclasses.fields(LocalProblem)}
 
 
 def _torch_only(monkeypatch):
     """Route metrics and gradients through torch (the reference) instead of the compiled kernel."""
     from fedsim import metrics
 
-    monkeypatch.setattr(metrics, "kernel_fits", lambda *a: False)
-    monkeypatch.setattr(engine, "kernel_fits", lambda *a: False)
+    monkeypatch.setattr(metrics, "accelerator_for", lambda *a: None)
+    monkeypatch.setattr(engine, "accelerator_for", lambda *a: None)
 
 
 @pytest.mark.parametrize("classes", [3, 10, 16])  # the gradient's class tiles: pairs, fives, both

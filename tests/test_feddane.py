@@ -62,6 +62,6 @@ def test_authors_correction_matches_hand_computation(engine):
 
 def test_authors_correction_is_refused_for_a_model_without_its_tensor_layout():
     class FlatModel:  # like the LSTMs: one flat parameter vector, no kernel/bias split
-        pass
+        linear_softmax = False
     with pytest.raises(ValueError, match="MCLR models only"):
         feddane.authors_subtrahend(FlatModel(), torch.zeros(2, 5))

@@ -30,7 +30,7 @@ LAYERS = [
     ("method modules", ["fedsim.methods.*"]),
     ("settings", ["fedsim.settings"]),
     ("data", ["fedsim.data", "fedsim.synthetic", "fedsim.download", "fedsim.leaf", "fedsim.leaf.*"]),
-    ("numerics", ["fedsim.authors", "fedsim.kernel", "fedsim.shuffle", "fedsim.models", "fedsim.lstm", "fedsim.engine",
+    ("numerics", ["fedsim.authors", "fedsim.kernel", "fedsim.shuffle", "fedsim.models", "fedsim.models.*", "fedsim.engine",
                   "fedsim.metrics"]),
     ("run parts", ["fedsim.theory", "fedsim.checkpoint"]),
     ("run", ["fedsim.train"]),

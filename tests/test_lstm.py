@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim import lstm
+from fedsim import models
 from fedsim.engine import SGDSettings, local_sgd_batched, local_sgd_loop
 from fedsim.methods import LocalProblem
 from fedsim.train import RunConfig, run
@@ -60,7 +60,7 @@ def test_device_grads_use_at_most_four_batches_of_fifty(monkeypatch):
     sizes = [30, 120, 260]  # all of them; the first 100; the first 200
     clients, params = tiny_clients(model, sizes), params_of(model)
     x, y = clients.x[:-1], clients.y[:-1]
-    monkeypatch.setattr(lstm, "GRAD_FLOATS", 1)  # one device per chunk: chunking changes nothing
+    monkeypatch.setattr(models, "GRAD_FLOATS", 1)  # one device per chunk: chunking changes nothing
     grads = model.device_grads(params, x, y, clients.offsets)
     for k, used in enumerate([30, 100, 200]):
         w = params.clone().requires_grad_(True)
@@ -74,7 +74,7 @@ def test_chunked_stats_equal_one_pass(monkeypatch):
     clients, params = tiny_clients(model), params_of(model)
     x, y = clients.x[:-1], clients.y[:-1]
     whole = model.stats(params, x, y)
-    monkeypatch.setattr(lstm, "EVAL_FLOATS", 1)  # one row per chunk
+    monkeypatch.setattr(models, "EVAL_FLOATS", 1)  # one row per chunk
     assert model.stats(params, x, y) == pytest.approx(whole, rel=1e-12)
 
 

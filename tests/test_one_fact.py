@@ -39,7 +39,7 @@ def command(name: str) -> argparse.ArgumentParser:
 
 def test_run_settings_in_the_schema_are_runconfigs():
     """The config keys that are run settings (simulator.selection, second_subset, rng, init, device,
-    threads; datasets.*.load; experiments.*.theory): their allowed values and defaults are
+    threads; datasets.*.load, model; experiments.*.theory): their allowed values and defaults are
     fedsim.settings.RunConfig's fields', filled into the schema by fedsim.configcheck.load_schema
     (RUN_SETTINGS), so the schema file states neither, and no other key named like a field states
     its own. config/config.yaml's `simulator:` section, written out for the reader, holds the
@@ -51,7 +51,8 @@ def test_run_settings_in_the_schema_are_runconfigs():
         for name in names:
             f = fields[name]
             assert not {"enum", "default"} & set(written[name]), f"{'/'.join(where)}/{name}: a copy of RunConfig's"
-            assert loaded[name].get("enum") == (list(f.metadata["choices"]) or None), name
+            choices = list(f.metadata["choices"]) + ([None] if f.default is None else [])  # None: its default
+            assert loaded[name].get("enum") == (choices if f.metadata["choices"] else None), name
             assert loaded[name]["default"] == f.default, name
         for name in set(written) & set(fields) - set(names):  # eval_devices, rounds, seed (the generator's)
             assert not {"enum", "default"} & set(written[name]), (

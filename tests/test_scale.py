@@ -111,7 +111,7 @@ def kernel_layout(path, split, devices):
     """What a round's inputs must hold, made as before InputBuffer: the rows with their bias input 1,
     the zero sentinel row, then kernel.padded's zero columns; and the labels with the sentinel's 0."""
     from fedsim import kernel
-    from fedsim.models import MCLR
+    from fedsim.models.mclr import MCLR
 
     part = read_dataset(path, split, devices)
     x = MCLR.prepare_inputs(torch.from_numpy(part.x))

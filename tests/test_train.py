@@ -150,6 +150,8 @@ def test_every_choice_and_range_of_a_setting_is_checked(data):
 def test_the_settings_name_every_engine_and_dtype():
     """fedsim.settings names them without importing torch: the names must be these."""
     assert settings.ENGINE_NAMES == tuple(ENGINES) and settings.DTYPE_NAMES == tuple(train.DTYPES)
+    from fedsim import models
+    assert settings.MODEL_NAMES == tuple(sorted(models.REGISTRY))
 
 
 def test_more_clients_per_round_than_devices_is_one_message(data):

@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from fedsim.engine import Clients
-from fedsim.models import MCLR
+from fedsim.models.mclr import MCLR
 from fedsim.synthetic import write_synthetic
 
 SIZES = [1, 7, 10, 23, 95, 4]  # ragged on purpose: a lone sample, exact and partial batches

@@ -70,7 +70,7 @@ def batch_plan(size: int, batch_size: int, epochs: int, epochs_before: int) -> n
 def load_init(path: Path, model, dtype: torch.dtype) -> torch.Tensor:
     """The initial parameters in an .npz file (MCLR: `kernel` and `bias`), as the model's tensor.
     Raises ValueError naming the file and what does not fit."""
-    if not hasattr(model, "from_tensors"):
+    if not model.linear_softmax:
         raise ValueError(f"init file {path}: only MCLR models (synthetic, FEMNIST) take an initial model file")
     try:
         with np.load(path) as arrays:

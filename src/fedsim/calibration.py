@@ -15,7 +15,8 @@ import torch
 
 from .cost import DEFAULTS, GRAD_BATCH, GRAD_BATCHES
 from .engine import Clients, SGDSettings, local_sgd_batched
-from .lstm import CharLSTM, Sent140LSTM
+from .models.char_lstm import CharLSTM
+from .models.sent140_lstm import Sent140LSTM
 from .methods import LocalProblem
 
 

@@ -37,7 +37,7 @@ SYNTHETIC_MEAN_SAMPLES = MEAN_SAMPLES  # a synthetic device's mean sample count 
 # filled in by load_schema, so the schema states neither.
 RUN_SETTINGS = {
     ("properties", "simulator", "properties"): ("selection", "second_subset", "rng", "init", "device", "threads"),
-    ("properties", "datasets", "additionalProperties", "properties"): ("load",),
+    ("properties", "datasets", "additionalProperties", "properties"): ("load", "model"),
     ("properties", "experiments", "additionalProperties", "properties"): ("theory",),
 }
 
@@ -62,7 +62,7 @@ def load_schema(path) -> dict:
         for name in names:
             f = fields[name]
             if f.metadata["choices"]:
-                properties[name]["enum"] = list(f.metadata["choices"])
+                properties[name]["enum"] = list(f.metadata["choices"]) + ([None] if f.default is None else [])
             if f.default is not dataclasses.MISSING:
                 properties[name]["default"] = f.default
     for key, default in SYNTHETIC_DEFAULTS.items():

@@ -15,7 +15,7 @@ round's selection (K of the devices uniformly without replacement, or with proba
 S_sum: every selected device's steps. The batched engine (fedsim.engine.local_sgd_stacked) runs
 S_max steps, each over the devices still training, so one step costs a fixed part (step_s: the
 time loop's ~160 small kernel calls) plus a part per row of the active devices' batches (row_s).
-Full local gradients use at most 200 rows per device (fedsim.lstm). All figures are seconds on
+Full local gradients use at most 200 rows per device (fedsim.models._lstm). All figures are seconds on
 one CPU thread (training jobs compute on one torch thread whatever `threads` says), measured by
 `python -m fedsim cost --calibrate` (fedsim.calibration) or the DEFAULTS below.
 
@@ -54,7 +54,7 @@ CALIBRATION_ENV = "FEDSIM_COST_CALIBRATION"  # the workflow names that file to i
 # The paper's Table 1: devices, mean and stdev of samples per device
 PAPER_TABLE = {"shakespeare": (143, 3616, 6808), "sent140": (772, 53, 32)}
 DEFAULT_TRAIN_FRACTION = 0.8  # LEAF's --tf, the builders' default
-GRAD_BATCH, GRAD_BATCHES = 50, 4  # as fedsim.lstm: a full local gradient reads at most 200 rows
+GRAD_BATCH, GRAD_BATCHES = 50, 4  # as fedsim.models._lstm: a full local gradient reads at most 200 rows
 DAY_S = 86400.0
 
 

@@ -1,25 +1,23 @@
-"""Local training of a round's selected devices: the execution strategies.
+"""Local training of a round's selected devices: one local-step rule, and the engines that run it.
 
-Both strategies solve the same LocalProblem with the same mini-batches (one seeded
-shuffle per device, round and epoch, so they agree to rounding):
+Every engine solves the same LocalProblem with the same mini-batches (one seeded shuffle per
+device, round and epoch), so they agree to rounding:
 
-- `local_sgd_batched` trains all K devices as ONE computation: their models are stacked
-  along a leading device dimension and every SGD step is a few batched matmuls. Devices
-  with fewer steps simply drop out of the stack: devices are ordered longest-first, so
-  the ones still training are always a prefix of the stack and no masking is needed.
-  Models without that closed-form step (the LSTMs: they provide `stacked_grads`) take
-  `local_sgd_stacked`: the same stacking and drop-out, one autograd backward per step for
-  all devices at once.
-- `local_sgd_kernel` runs the same plans through a compiled loop (fedsim.kernel: numba, one
-  core, devices one after another): the CPU engine for MCLR, several times faster than the
-  batched one there; `auto` picks it for MCLR on the CPU and the batched engine otherwise
-  (the LSTMs, CUDA).
+- `local_sgd_batched` is the rule for every torch model: all K devices as ONE computation, their
+  models stacked along a leading device dimension, each step's gradients from the model's
+  `stacked_grads` (a closed form for MCLR, one autograd backward for the others). Devices with
+  fewer steps drop out of the stack: they are ordered longest-first, so the ones still training
+  are always a prefix and no masking is needed.
+- accelerators (`ACCELERATORS`) run the models that name them faster, on one kind of device, for
+  the LocalProblem fields they declare: `kernel`, a compiled loop for MCLR on the CPU
+  (fedsim.kernel: numba, one core, devices one after another), which also gives MCLR's full
+  local gradients and its metrics in one compiled pass each. `auto` picks the model's
+  accelerator where it fits the device and the problem, the general rule otherwise.
 - `local_sgd_loop` is the plain per-device loop with autograd: the test oracle and the
   benchmark baseline.
 
-Whatever the engine, MCLR's full local gradients (FedDANE's correction) come from one compiled
-pass on the CPU (`device_grads`, `kernel_grads`), and its metrics from one compiled call
-(`kernel_evaluation`); the model's torch ops elsewhere.
+No engine runs a problem without a part it asks for: each checks `LocalProblem.in_use()`
+against the fields it implements and refuses, in one line, what it cannot.
 
 Devices are named by their index in the dataset everywhere (selection, shuffling seeds);
 a `Clients` may hold only some of them (`ids`), as when a round's devices are read from
@@ -30,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import torch
@@ -37,9 +36,6 @@ import torch
 from . import authors, shuffle
 from .methods import LocalProblem
 from .steps import local_steps as _local_steps
-
-CHUNK_ROWS = 1 << 16  # samples gathered per precomputed chunk: bounds its memory for large K
-
 
 @dataclass
 class Clients:
@@ -149,6 +145,7 @@ def batch_plan(size: int, settings: SGDSettings, round_: int, device: int, steps
 
 def local_sgd_loop(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
     """Per-device SGD with autograd: w <- w - lr (grad_batch F_k(w) + c_k + mu (w - w0))."""
+    require_fields(problem, GENERAL_FIELDS, "the loop engine")
     models = []
     for j, (device, k) in enumerate(zip(devices, clients.locate(devices))):
         w = params.clone().requires_grad_(True)
@@ -169,57 +166,17 @@ def local_sgd_loop(model, params, problem: LocalProblem, clients: Clients, devic
     return torch.stack(models)
 
 
-def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_,
-                      chunk_steps: int = 256):
-    """All devices' SGD at once, for models that are one linear layer + softmax (MCLR).
+def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
+    """All devices' SGD at once, for any model: THE local-step rule of every torch model.
 
-    Weights are kept transposed, V = W^T (devices, classes, features), and logits as
-    (devices, classes, batch): the layout in which both per-step matmuls and the softmax
-    read contiguous memory (measured fastest). With X_w = X scaled by 1/batch count,
-    one step is
-        V <- (1 - lr mu) V - lr (softmax(V X^T) - Y^T) X_w + lr (mu w0 - c)^T
-    i.e. bmm, softmax, sub_, baddbmm_ (+ add_ for the constant when there is one). The
-    step's inputs X^T, X_w, Y^T are gathered per chunk of steps in a few large ops.
+    The same plans and update rule as the loop, w <- w - lr (g + c_k + mu (w - w0)) with g the
+    batch gradient (minus the same batch's at the anchor, for Mime). The K models are stacked
+    (K, *params.shape), longest plan first; each step gathers the active devices' batches
+    (active, B, ...) and gets their gradients from the model's stacked_grads. A padded slot
+    (sentinel row) weighs 0 and the others 1 / (real samples in the batch): each device's
+    batch-mean loss.
     """
-    if hasattr(model, "stacked_grads"):
-        return local_sgd_stacked(model, params, problem, clients, devices, settings, round_)
-    devices = np.asarray(devices, dtype=np.int64)
-    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
-    lr, mu = settings.lr, problem.mu
-    stacked = params.mT.expand(len(devices), *params.mT.shape).contiguous()
-    constant = None  # lr (mu w0 - c_k)^T: the part of every step that does not depend on V
-    if mu or problem.correction is not None:
-        constant = lr * mu * params
-        if problem.correction is not None:
-            constant = constant - lr * problem.correction[torch.from_numpy(order).to(params.device)]
-        constant = constant.mT.expand_as(stacked).contiguous()
-
-    anchor = None if problem.anchor is None else problem.anchor.mT.expand_as(stacked).contiguous()
-    chunks = list(_chunks(steps, chunk_steps, settings.batch_size))
-    most = max(((stop - start) * active for start, stop, active in chunks), default=0) * settings.batch_size
-    buffers = clients.x.new_empty(2, most, clients.x.shape[1])
-    for start, stop, active in chunks:
-        index = rows[first[:active] + np.arange(start, stop)[:, None]]  # (T, active, B)
-        x_w, x_t, y_t = _chunk_inputs(clients, index, model.num_classes, buffers)
-        v, shift = stacked[:active], None if constant is None else constant[:active]  # slicing per step costs
-        at = None if anchor is None else anchor[:active]
-        for x_t_s, x_w_s, y_t_s in zip(x_t.unbind(0), x_w.unbind(0), y_t.unbind(0)):
-            # minus one-hot labels; with an anchor (Mime), minus the softmax there (the labels cancel)
-            target = y_t_s if at is None else torch.bmm(at, x_t_s).softmax(1)
-            residual = torch.bmm(v, x_t_s).softmax(1).sub_(target)
-            v.baddbmm_(residual, x_w_s, beta=1 - lr * mu, alpha=-lr)
-            if shift is not None:
-                v.add_(shift)
-    return stacked[torch.from_numpy(np.argsort(order)).to(params.device)].mT.contiguous()
-
-
-def local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
-    """All devices' SGD at once for any model with `stacked_grads` (flat params, (K, P) stack).
-
-    Same plans and update rule as the loop; each step gathers the active devices' batches
-    (active, B, ...) and gets their gradients from one backward. A padded slot (sentinel row)
-    weighs 0 and the others 1 / (real samples in the batch): each device's batch-mean loss.
-    """
+    require_fields(problem, GENERAL_FIELDS, "the batched engine")
     devices = np.asarray(devices, dtype=np.int64)
     rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
     lr, mu = settings.lr, problem.mu
@@ -232,12 +189,11 @@ def local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, de
         active = int(np.count_nonzero(steps > step))  # longest first: the active ones are a prefix
         index = index_all[torch.from_numpy(first[:active] + step).to(index_all.device)]  # (active, B)
         real = index != clients.sentinel
-        weight = real / real.sum(-1, keepdim=True).clamp(min=1)
-        w = stacked[:active]
-        grad = model.stacked_grads(w, clients.x[index], clients.y[index], weight.to(w.dtype))
+        weight = real.to(params.dtype) / real.sum(-1, keepdim=True).clamp(min=1)  # 1/3 in float64 for float64
+        w, x, y = stacked[:active], clients.x[index], clients.y[index]
+        grad = model.stacked_grads(w, x, y, weight)
         if problem.anchor is not None:  # minus the same batches' gradients at the anchor (Mime)
-            at = problem.anchor.expand_as(w).clone()
-            grad = grad - model.stacked_grads(at, clients.x[index], clients.y[index], weight.to(w.dtype))
+            grad = grad - model.stacked_grads(problem.anchor.expand_as(w), x, y, weight)
         if correction is not None:
             grad = grad + correction[:active]
         if mu:
@@ -250,8 +206,9 @@ def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, dev
     """The round's local SGD for MCLR as one compiled call (fedsim.kernel), on the CPU."""
     from . import kernel
 
-    if not kernel_fits(model, params):
+    if accelerator_for(model, params.device.type) is not KERNEL:
         raise ValueError("the kernel engine runs MCLR models on the CPU (use batched)")
+    require_fields(problem, KERNEL.fields, "the kernel engine")
     devices = np.asarray(devices, dtype=np.int64)
     anchor = None if problem.anchor is None else problem.anchor.numpy()
     if settings.shuffle == "fedsim":  # the batches drawn inside the call: no plan array
@@ -279,23 +236,28 @@ def kernel_batches(clients: Clients, devices: np.ndarray, settings: SGDSettings,
 
 
 def local_sgd_auto(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
-    """The kernel for MCLR on the CPU, the batched engine otherwise."""
-    engine = local_sgd_kernel if kernel_fits(model, params) else local_sgd_batched
+    """The model's accelerator on this device where it implements what the problem asks, else the
+    general rule (local_sgd_batched)."""
+    accelerator = accelerator_for(model, params.device.type, problem)
+    engine = local_sgd_batched if accelerator is None else accelerator.local_sgd
     return engine(model, params, problem, clients, devices, settings, round_)
 
 
 def device_grads(model, params, clients: Clients, devices) -> torch.Tensor:
     """Full local gradients grad F_k(params) of `devices` (dataset indices), (devices, *params.shape):
-    the compiled kernel for MCLR on the CPU (no copy of their rows), the model's own otherwise."""
-    if kernel_fits(model, params):
-        return kernel_grads(params, clients, clients.locate(devices))
+    the model's accelerator where it has one on this device (the kernel: no copy of their rows), the
+    model's own otherwise."""
+    accelerator = accelerator_for(model, params.device.type)
+    if accelerator is not None:
+        return accelerator.device_grads(params, clients, clients.locate(devices))
     return model.device_grads(params, *clients.subset(devices))
 
 
 def all_device_grads(model, params, clients: Clients) -> torch.Tensor:
     """grad F_k(params) of every device `clients` holds, in its order, (devices, *params.shape)."""
-    if kernel_fits(model, params):
-        return kernel_grads(params, clients)
+    accelerator = accelerator_for(model, params.device.type)
+    if accelerator is not None:
+        return accelerator.device_grads(params, clients)
     return model.device_grads(params, clients.x[:-1], clients.y[:-1], clients.offsets)
 
 
@@ -319,9 +281,43 @@ def kernel_evaluation(params, train: Clients, test: Clients) -> list[float]:
                              params.numpy())
 
 
-def kernel_fits(model, params) -> bool:
-    """Whether the compiled kernel can train `model`: MCLR (no stacked_grads), on the CPU."""
-    return not hasattr(model, "stacked_grads") and params.device.type == "cpu"
+@dataclass(frozen=True)
+class Accelerator:
+    """An engine that runs some models faster than the general rule, on one kind of device: the round's
+    local SGD, full local gradients and the metrics. A model names the accelerators it can take
+    (fedsim.models); `fields` are the LocalProblem fields it implements: a problem that asks for
+    another is run by the general rule under `auto`, and refused by the accelerator itself."""
+
+    name: str
+    device: str                 # torch device type
+    fields: frozenset
+    local_sgd: Callable         # as local_sgd_batched
+    device_grads: Callable      # (params, clients, positions=None) -> (devices, *params.shape)
+    evaluation: Callable        # (params, train, test) -> fedsim.metrics.COLUMNS' values
+
+
+# What every engine implements. `center` is the round loop's: it hands the engines w0 as params.
+GENERAL_FIELDS = frozenset({"mu", "correction", "center", "steps", "anchor"})
+KERNEL = Accelerator("kernel", "cpu", GENERAL_FIELDS, local_sgd_kernel, kernel_grads, kernel_evaluation)
+ACCELERATORS = {KERNEL.name: KERNEL}
+
+
+def accelerator_for(model, device_type: str, problem: LocalProblem | None = None) -> Accelerator | None:
+    """The first accelerator the model names that runs on `device_type` (and implements every field
+    `problem` asks for), or None."""
+    for name in model.accelerators:
+        accelerator = ACCELERATORS[name]
+        if accelerator.device == device_type and (problem is None or problem.in_use() <= accelerator.fields):
+            return accelerator
+    return None
+
+
+def require_fields(problem: LocalProblem, fields: frozenset, engine: str) -> None:
+    """ValueError naming the first field `problem` asks for that `engine` does not implement: never
+    solve a problem without part of it."""
+    missing = sorted(problem.in_use() - fields)
+    if missing:
+        raise ValueError(f"local problem field {missing[0]!r} is not implemented by {engine}")
 
 
 def _stacked_plans(clients: Clients, devices, settings, round_, fixed_steps: int | None = None):
@@ -350,34 +346,6 @@ def _authors_plans(clients: Clients, pos, devices, settings, round_, fixed_steps
     local = np.concatenate([plans[j] for j in order]) if plans else np.empty((0, settings.batch_size), np.int64)
     start = np.repeat(clients.offsets[pos[order]], steps[order])[:, None]
     return np.where(local >= 0, local + start, clients.sentinel), first, steps[order], order
-
-
-def _chunk_inputs(clients: Clients, index: np.ndarray, num_classes: int, buffers: torch.Tensor):
-    """X / batch count (T, m, B, D), X^T (T, m, D, B) and one-hot Y^T (T, m, C, B) of a chunk.
-
-    The two large ones are written into `buffers` (2, >= T m B, D), which every chunk of a
-    round reuses: fresh memory for each chunk costs page faults, measurably.
-    """
-    index = torch.from_numpy(index).to(clients.x.device)
-    flat, (n, d) = index.flatten(), (index.numel(), clients.x.shape[1])
-    # index_select: several times faster than advanced indexing x[index] here
-    x_w = torch.index_select(clients.x, 0, flat, out=buffers[0, :n]).view(*index.shape, d)
-    x_t = buffers[1, :n].view(*index.shape[:-1], d, index.shape[-1]).copy_(x_w.mT)
-    x_w /= (index != clients.sentinel).sum(-1).clamp(min=1)[..., None, None]
-    y = clients.y.index_select(0, flat).view(index.shape)
-    y_t = (y.unsqueeze(-2) == torch.arange(num_classes, device=y.device)[:, None]).to(x_w.dtype)
-    return x_w, x_t, y_t
-
-
-def _chunks(steps_desc: np.ndarray, chunk_steps: int, batch_size: int):
-    """(start, stop, active) step ranges in which the first `active` devices still train."""
-    start = 0
-    for active in range(len(steps_desc), 0, -1):
-        end = int(steps_desc[active - 1])
-        span = max(1, min(chunk_steps, CHUNK_ROWS // (active * batch_size)))
-        for lo in range(start, end, span):
-            yield lo, min(lo + span, end), active
-        start = max(start, end)
 
 
 ENGINES = {"auto": local_sgd_auto, "kernel": local_sgd_kernel, "batched": local_sgd_batched, "loop": local_sgd_loop}

@@ -510,10 +510,14 @@ GRADIENT_ROWS = 64  # a device's rows summed a chunk at a time: the chunk stays 
 LANES = TILE  # feature columns padded to a multiple of this: whole tiles, no remainder loops
 
 
+def padded_width(columns: int) -> int:
+    """The columns of a row in the kernel's layout: `columns`, then zeros up to a multiple of LANES."""
+    return -(-columns // LANES) * LANES
+
+
 def padded(x: np.ndarray) -> np.ndarray:
-    """x with zero columns appended up to a multiple of LANES (what local_sgd wants as x)."""
-    width = -(-x.shape[1] // LANES) * LANES
-    out = np.zeros((x.shape[0], width), dtype=x.dtype)
+    """x with zero columns appended up to padded_width (what local_sgd wants as x)."""
+    out = np.zeros((x.shape[0], padded_width(x.shape[1])), dtype=x.dtype)
     out[:, :x.shape[1]] = x
     return out
 

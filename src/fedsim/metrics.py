@@ -8,40 +8,29 @@
 - b_dissimilarity: B(w)^2 = sum_k p_k ||grad F_k(w)||^2 / ||grad f(w)||^2, the quantity of
   the paper's Theorems 1-3.
 
-For the LSTM models the local gradients are the reference's approximation (at most 4 batches
-of 50 samples per device, fedsim.lstm) and the losses are computed in chunks of rows. For MCLR
-on the CPU one compiled call gives all six (fedsim.kernel.evaluation, the dissimilarities summed in
-float64; equal to the torch ops to rounding, tests/test_engine.py).
+For the LSTM models the local gradients are the reference's approximation (at most 4 batches of
+50 samples per device, fedsim.models._lstm); every model's losses are computed in chunks of rows.
+For MCLR on the CPU (the kernel accelerator) one compiled call gives all six
+(fedsim.kernel.evaluation, the dissimilarities summed in float64; equal to the torch ops to
+rounding, tests/test_engine.py).
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from .engine import Clients, kernel_evaluation, kernel_fits
+from .engine import Clients, accelerator_for
 
 COLUMNS = ["train_loss", "train_acc", "test_loss", "test_acc", "grad_dissimilarity", "b_dissimilarity"]
 
 
-def _loss_and_accuracy(logits: torch.Tensor, y: torch.Tensor) -> tuple[float, float]:
-    n = max(len(y), 1)
-    return F.cross_entropy(logits, y, reduction="sum").item() / n, (logits.argmax(-1) == y).sum().item() / n
-
-
 def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict[str, float]:
-    if kernel_fits(model, params):  # MCLR on the CPU: all of it one compiled call
-        return dict(zip(COLUMNS, kernel_evaluation(params, train, test)))
-    x, y = train.x[:-1], train.y[:-1]  # drop the padding row
-    if hasattr(model, "stats"):  # the LSTMs: chunked (bounded memory), their own loss and accuracy
-        (train_loss, train_acc), (test_loss, test_acc) = model.stats(params, x, y), \
-            model.stats(params, test.x[:-1], test.y[:-1])
-        grads = model.device_grads(params, x, y, train.offsets)  # approximate: see fedsim.lstm
-    else:
-        logits = model.logits(params, x)  # shared by the training loss and the local gradients
-        train_loss, train_acc = _loss_and_accuracy(logits, y)
-        test_loss, test_acc = _loss_and_accuracy(model.logits(params, test.x[:-1]), test.y[:-1])
-        grads = model.device_grads(params, x, y, train.offsets, logits=logits).flatten(1)
+    accelerator = accelerator_for(model, params.device.type)
+    if accelerator is not None:  # MCLR on the CPU: all of it one compiled call
+        return dict(zip(COLUMNS, accelerator.evaluation(params, train, test)))
+    (train_loss, train_acc), (test_loss, test_acc) = (model.stats(params, split.x[:-1], split.y[:-1])
+                                                      for split in (train, test))  # [:-1]: not the padding row
+    grads = model.device_grads(params, train.x[:-1], train.y[:-1], train.offsets).flatten(1)
     p = torch.from_numpy(train.sizes / train.sizes.sum()).to(grads)
     return {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
             **_dissimilarities(grads, p)}

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -63,6 +64,14 @@ def _options_help() -> str:
         for name, o in m.options.items()) + ")"
 
 
+def _model_names() -> tuple[str, ...]:
+    """The models of fedsim.models (a module each; `_` modules hold shared parts), named without
+    importing them: they import torch (tests/test_train.py checks the names agree)."""
+    found = pkgutil.iter_modules([str(Path(__file__).with_name("models"))])
+    return tuple(sorted(info.name for info in found if not info.name.startswith("_")))
+
+
+MODEL_NAMES = _model_names()
 # The engines of fedsim.engine.ENGINES and the dtypes of fedsim.train.DTYPES, named here without
 # importing torch (tests/test_train.py checks they agree).
 ENGINE_NAMES = ("auto", "kernel", "batched", "loop")
@@ -102,6 +111,9 @@ class RunConfig:
     theory: bool = setting(False, help="log the convergence theorems' constants every round: the Hessian's top "
                                        "eigenvalue L, the local solutions' inexactness gamma, ||grad f||^2 and "
                                        "Theorem 1's rho (MCLR only)")
+    model: str | None = setting(None, choices=MODEL_NAMES,
+                                help="the model (fedsim.models; default: the paper's for the dataset: MCLR, or the "
+                                     "LSTM of Shakespeare and Sent140)")
     # the metrics of a sample are another measurement: a setting, though training is the same
     eval_devices: int | None = setting(None, check=COUNT, help="compute the metrics on a seeded sample of this "
                                                                "many devices (default: all)")

@@ -48,7 +48,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 
-import h5py
 import numpy as np
 import pandas as pd
 import torch
@@ -57,11 +56,11 @@ from . import __version__
 from .checkpoint import Checkpoint
 from .data import FederatedDataset
 from . import authors, shuffle
-from .engine import ENGINES, Clients, SGDSettings, device_grads, local_samples, local_steps
+from .engine import (ACCELERATORS, ENGINES, KERNEL, Clients, SGDSettings, accelerator_for, device_grads, local_samples,
+                     local_steps)
 from .methods import ENTRIES, RoundContext, get_method, traffic, variant_of
 from .metrics import COLUMNS, evaluate
-from .lstm import CharLSTM, Sent140LSTM
-from .models import MCLR
+from . import models
 from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
 from .settings import RunConfig, check_clients_per_round, check_participation, init_file
 from .theory import THEORY_COLUMNS, LocalHessians, measure_theory
@@ -118,46 +117,28 @@ def eval_sample(count: int | None, num_devices: int, seed: int) -> np.ndarray | 
     return np.sort(np.random.default_rng([seed, EVAL_STREAM]).choice(num_devices, size=count, replace=False))
 
 
-def make_model(dataset: FederatedDataset, dtype: torch.dtype, device: torch.device):
-    """The paper's model of a dataset: the LSTMs for Shakespeare and Sent140 (a file with an
-    `embedding` holds token ids), MCLR for everything else (synthetic, FEMNIST)."""
-    with h5py.File(dataset.path, "r") as f:
-        embedding = f["embedding"][:] if "embedding" in f else None
-    seq_len = int(dataset.feature_shape[0]) if len(dataset.feature_shape) == 1 else 0
-    if dataset.kind == "sent140" or embedding is not None:
-        return Sent140LSTM(torch.from_numpy(embedding).to(device, dtype), seq_len=seq_len)
-    if dataset.kind == "shakespeare":
-        return CharLSTM(num_classes=dataset.num_classes, seq_len=seq_len)
-    return MCLR(int(np.prod(dataset.feature_shape)), dataset.num_classes)
-
-
 def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
     """Raise ValueError where the run's settings do not fit the dataset's model."""
-    if config.engine == "kernel" and (hasattr(model, "stacked_grads") or config.device != "cpu"):
-        raise ValueError("bad run setting engine='kernel': it runs MCLR models on the CPU (use auto or batched)")
+    if config.engine in ACCELERATORS and accelerator_for(model, _compute_device(config.device).type) is None:
+        takers = [m.label for m in models.REGISTRY.values() if config.engine in m.accelerators]
+        raise ValueError(f"bad run setting engine={config.engine!r}: it runs {', '.join(takers)} models on the "
+                         f"{ACCELERATORS[config.engine].device.upper()} (use auto or batched)")
     variant = variant_of(dataclasses.asdict(config))
-    if ENTRIES[variant].mclr_only and not hasattr(model, "tensors"):
+    if ENTRIES[variant].mclr_only and not model.linear_softmax:
         raise ValueError(f"bad run setting method={variant!r} (options {config.options}): defined for the MCLR "
                          "models only")
     if config.init is not None:
         initial_params(config, model, dtype)
-    if config.theory and not hasattr(model, "tensors"):
+    if config.theory and not model.linear_softmax:
         raise ValueError("bad run setting theory=True: the theorems' constants are measured for the MCLR models only")
     if config.theory and get_method(config.method).local_solver is not None:
         raise ValueError(f"bad run setting theory=True: {config.method} solves no local problem the theorems describe")
 
 
-def input_layout(model, dtype: torch.dtype) -> tuple[int, torch.dtype]:
-    """(width, dtype) of a sample as model input: ids for the LSTMs, features + 1 for MCLR."""
-    if hasattr(model, "input_dtype"):
-        return model.seq_len, model.input_dtype
-    return model.num_features + 1, dtype
-
-
 class InputBuffer:
     """Room for `rows` samples of MCLR input in the compiled kernel's layout: x (rows, width), each row
-    the features, the bias input 1, then zeros up to a multiple of kernel.LANES columns; and int64
-    labels. The features are written in place (RunData.load_padded) after `prepare`.
+    the features, the bias input 1, then zeros up to the kernel's padded width; and int64 labels.
+    The features are written in place (RunData.load_padded) after `prepare`.
 
     Rows [0, ready) have their bias 1, except the sentinel row (all zero); rows from `ready` on are
     zeros. Every page is written once here, so that the rounds that later reach a row pay no page
@@ -168,7 +149,7 @@ class InputBuffer:
     def __init__(self, rows: int, features: int, dtype: np.dtype):
         from . import kernel
         self.features = features
-        self.x = np.empty((rows, -(-(features + 1) // kernel.LANES) * kernel.LANES), dtype)
+        self.x = np.empty((rows, kernel.padded_width(features + 1)), dtype)
         self.y = np.empty(rows, np.int64)
         self.x.fill(0)
         self.y.fill(0)
@@ -223,12 +204,12 @@ class RunData:
     def __init__(self, config: RunConfig, dataset: FederatedDataset):
         self.dataset, self.device, self.dtype = dataset, _compute_device(config.device), DTYPES[config.dtype]
         self.threads = config.threads
-        self.model = make_model(dataset, self.dtype, self.device)
+        self.model = models.for_dataset(dataset, self.dtype, self.device, config.model)
         check_model(config, self.model, self.dtype)  # before the (possibly long) loads below
-        self.width, self.input_dtype = input_layout(self.model, self.dtype)
+        self.width, self.input_dtype = self.model.input_layout(self.dtype)
         self.sizes = dataset.train_sizes
-        # MCLR on the CPU: rows read straight into the compiled kernel's padded layout (load_padded)
-        self.padded = self.device.type == "cpu" and not hasattr(self.model, "input_dtype")
+        # the kernel accelerator (MCLR on the CPU): rows read straight into its padded layout (load_padded)
+        self.padded = accelerator_for(self.model, self.device.type) is KERNEL
         if self.padded:
             self.round_inputs = InputPool(self.width - 1, torch.empty(0, dtype=self.input_dtype).numpy().dtype)
         split_bytes = int(self.sizes.sum()) * self.width * self.input_dtype.itemsize

@@ -6,7 +6,8 @@ import torch
 
 from fedsim.data import write_dataset
 from fedsim.engine import Clients
-from fedsim.lstm import CharLSTM, Sent140LSTM
+from fedsim.models.char_lstm import CharLSTM
+from fedsim.models.sent140_lstm import Sent140LSTM
 
 SIZES = [1, 7, 12, 23, 4]  # ragged devices
 

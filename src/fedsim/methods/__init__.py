@@ -32,6 +32,7 @@ torch import there would be paid by every `snakemake` call. Tensors arrive from 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import pkgutil
@@ -57,6 +58,12 @@ class LocalProblem:
     center: torch.Tensor | None = None  # w0: where SGD starts and the proximal term is centred (None: the model)
     steps: int | None = None  # SGD steps every solver takes this round (None: E epochs; Scaffnew draws them)
     anchor: torch.Tensor | None = None  # each step's batch gradient minus the same batch's gradient here (Mime)
+
+    def in_use(self) -> set[str]:
+        """The fields that ask something of the solver: mu when nonzero, any other field when set.
+        Each engine implements a set of them (fedsim.engine) and refuses a problem asking for more."""
+        return {f.name for f in dataclasses.fields(self)
+                if (getattr(self, f.name) != 0 if f.name == "mu" else getattr(self, f.name) is not None)}
 
 
 @dataclass

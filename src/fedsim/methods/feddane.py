@@ -49,7 +49,7 @@ def correction_term(ctx: RoundContext, correction: str = "exact"):
 def authors_subtrahend(model, own):
     """What the authors' code subtracts from g_t in place of each device's gradient: tensor i
     of the model gets the scalar gprev[i], gprev being the device's second gradient tensor."""
-    if not hasattr(model, "tensors"):
+    if not model.linear_softmax:
         raise ValueError("the authors' correction (feddane_authors) is defined for the MCLR models only "
                          "(the authors' FedDANE never ran on the LSTM models)")
     out = own.new_empty(own.shape)

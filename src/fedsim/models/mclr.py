@@ -1,23 +1,23 @@
-"""Models as pure functions of (params, batch).
+"""Multinomial logistic regression (MCLR): the paper's model of the synthetic sets and FEMNIST.
 
-A model's parameters are one tensor, so that every method is plain tensor arithmetic
-(averages, proximal and correction terms) and a round's K local models stack along a
-leading device dimension.
-
-Multinomial logistic regression (MCLR) keeps its weights and bias in one matrix of
-shape (features + 1, classes), the bias in the last row: its inputs get a constant 1
-appended once, at load time (`prepare_inputs`), and a forward pass is one matmul.
+Its weights and bias are one matrix of shape (features + 1, classes), the bias in the last row:
+its inputs get a constant 1 appended once, at load time (`prepare_inputs`), and a forward pass
+is one matmul. Its gradients, full or stacked, are closed forms (no autograd), and on the CPU the
+compiled kernel (fedsim.kernel) trains and evaluates it.
 """
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import torch
 import torch.nn.functional as F
 
+from . import Model, glorot_uniform
 
-class MCLR:
+TOKEN_KINDS = ("shakespeare", "sent140")  # their samples are token ids, not features
+
+
+class MCLR(Model):
     """Multinomial logistic regression trained with plain cross-entropy.
 
     The reference code declares an L2 regulariser that never reaches the loss; we train
@@ -25,18 +25,31 @@ class MCLR:
     """
 
     name = "mclr"
+    label = "MCLR"
+    accelerators = ("kernel",)
+    linear_softmax = True
 
     def __init__(self, num_features: int, num_classes: int):
         self.num_features = num_features
         self.num_classes = num_classes
 
+    @classmethod
+    def serves(cls, kind: str) -> bool:
+        return kind not in TOKEN_KINDS  # any dataset of feature vectors
+
+    @classmethod
+    def build(cls, dataset, dtype, device) -> "MCLR":
+        return cls(int(np.prod(dataset.feature_shape)), dataset.num_classes)
+
     def init(self, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
         """Glorot-uniform kernel and zero bias: TensorFlow's dense-layer default, as in the reference."""
-        limit = math.sqrt(6.0 / (self.num_features + self.num_classes))
         params = torch.zeros(self.num_features + 1, self.num_classes, dtype=dtype)
-        kernel = torch.rand(self.num_features, self.num_classes, generator=generator, dtype=torch.float64)
-        params[:-1] = ((2 * kernel - 1) * limit).to(dtype)
+        params[:-1] = glorot_uniform((self.num_features, self.num_classes), generator, self.num_features,
+                                     self.num_classes).to(dtype)
         return params
+
+    def input_layout(self, dtype: torch.dtype) -> tuple[int, torch.dtype]:
+        return self.num_features + 1, dtype  # the features, then the bias input 1
 
     @staticmethod
     def tensors(params: torch.Tensor) -> list[torch.Tensor]:
@@ -58,8 +71,7 @@ class MCLR:
         bias.copy_(torch.as_tensor(tensors["bias"]))
         return params
 
-    @staticmethod
-    def prepare_inputs(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def prepare_inputs(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """Flatten samples and append the constant input that multiplies the bias row.
 
         `out` (samples, features + 1), of any float dtype, receives them without a temporary.
@@ -80,23 +92,42 @@ class MCLR:
         """Mean cross-entropy of a batch (x already prepared)."""
         return F.cross_entropy(self.logits(params, x), y)
 
+    def losses(self, logits, y) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
+
+    def hits(self, logits, y) -> torch.Tensor:
+        return logits.argmax(-1) == y
+
+    def stats(self, params, x, y) -> tuple[float, float]:
+        """Mean loss and accuracy over all rows, from one product."""
+        logits, n = self.logits(params, x), max(len(y), 1)
+        return F.cross_entropy(logits, y, reduction="sum").item() / n, (logits.argmax(-1) == y).sum().item() / n
+
+    def stacked_grads(self, stacked, x, y, weight) -> torch.Tensor:
+        """Per-device gradients of the weighted batch losses in closed form: X_k^T (weight_k (P_k - Y_k)),
+        stacked (K, features + 1, classes), x (K, B, features + 1), y and weight (K, B)."""
+        residual = torch.bmm(x, stacked).softmax(-1)
+        residual.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(residual[..., :1]))
+        return torch.bmm(x.mT, residual * weight.unsqueeze(-1))
+
     def residual(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, logits=None) -> torch.Tensor:
         """softmax(x W) - onehot(y): the loss gradient with respect to the logits, per sample."""
         r = torch.softmax(self.logits(params, x) if logits is None else logits, dim=-1)
         r[torch.arange(len(y), device=y.device), y] -= 1
         return r
 
-    def device_grads(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, offsets,
-                     logits=None) -> torch.Tensor:
+    def device_grads(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, offsets) -> torch.Tensor:
         """Full local gradients grad F_k(params), one per device, stacked: (devices, *params.shape).
 
         Devices own contiguous rows x[offsets[k]:offsets[k+1]]; the closed form
         X_k^T (P_k - Y_k) / n_k needs one small matmul per device and no autograd.
-        `logits` (x W), when the caller has them already, saves recomputing them.
         """
-        r = self.residual(params, x, y, logits)
+        r = self.residual(params, x, y)
         sizes = (offsets[1:] - offsets[:-1]).tolist()
         blocks = zip(torch.split(x, sizes), torch.split(r, sizes))
         sums = torch.stack([rk.T @ xk for xk, rk in blocks])  # R^T X: MKL runs it several times faster than X^T R
         n = torch.tensor(sizes, dtype=sums.dtype, device=sums.device).clamp(min=1)
         return (sums / n[:, None, None]).mT.contiguous()
+
+
+MODEL = MCLR

@@ -1,0 +1,206 @@
+"""Models: one file each in this package, and the registry that finds them.
+
+A model is a class; an instance is the model of one dataset file, as pure functions of
+(params, batch). Its parameters are ONE tensor, so that every method is plain tensor arithmetic
+(averages, proximal and correction terms) and a round's K local models stack along a leading
+device dimension: (K, *params.shape).
+
+A model module ends with `MODEL = <its class>`, a subclass of `Model` that declares
+
+    name            the module's name: what `--model` and run.json call it
+    label           its name in tables and figures
+    kinds           the dataset kinds it serves (the HDF5 file's `kind` attribute; `serves`)
+    accelerators    engines besides the general torch rule that run it, by name
+                    (fedsim.engine.ACCELERATORS: "kernel", the compiled MCLR loop on the CPU)
+    linear_softmax  one linear layer and a softmax: the closed forms (local Hessians, the bias
+                    gradient) that the MCLR-only methods and the theorems' constants use
+    build(dataset, dtype, device)   the model of one dataset file (a classmethod)
+
+and implements, on an instance,
+
+    init(generator, dtype) -> params           a seeded initial model
+    input_layout(dtype) -> (width, dtype)      one sample as model input, as stored per row
+    prepare_inputs(x, out=None)                rows as the file holds them -> model input
+    logits(params, x)                          the outputs; params and inputs may share
+                                               leading device dims: (..., P) and (..., B, ...)
+    losses(logits, y), hits(logits, y)         per sample: the loss, and whether it is right
+
+The rest has defaults here that a model may replace with a faster form of the same numbers:
+the mean loss of a batch, the chunked loss and accuracy of a split (`stats`), every device's
+gradient in one stacked backward (`stacked_grads`), and each device's full local gradient
+(`device_grads`). The engines, the metrics and the round loop ask only for these: what a model
+is never decides a route, its declarations do.
+
+Adding a model: one file here with its MODEL and its test (docs/architecture.md, "Where to add").
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import pkgutil
+
+import numpy as np
+import torch
+
+EVAL_FLOATS = 1 << 25   # activations per evaluation chunk (128 MiB in float32)
+GRAD_FLOATS = 1 << 22   # per gradient chunk: autograd keeps several such tensors per layer
+
+
+class Model:
+    """What every model declares, and the defaults built on its per-sample losses."""
+
+    name: str
+    label: str
+    kinds: tuple[str, ...] = ()
+    accelerators: tuple[str, ...] = ()
+    linear_softmax = False
+    floats_per_sample = 1   # activations one sample's forward pass keeps: bounds the chunks below
+
+    @classmethod
+    def serves(cls, kind: str) -> bool:
+        return kind in cls.kinds
+
+    @classmethod
+    def build(cls, dataset, dtype: torch.dtype, device: torch.device) -> "Model":
+        raise NotImplementedError
+
+    def init(self, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
+        raise NotImplementedError
+
+    def input_layout(self, dtype: torch.dtype) -> tuple[int, torch.dtype]:
+        raise NotImplementedError
+
+    def prepare_inputs(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def logits(self, params, x) -> torch.Tensor:
+        raise NotImplementedError
+
+    def losses(self, logits, y) -> torch.Tensor:
+        raise NotImplementedError
+
+    def hits(self, logits, y) -> torch.Tensor:
+        raise NotImplementedError
+
+    def from_tensors(self, tensors: dict, dtype=torch.float32, source="tensors") -> torch.Tensor:
+        """Parameters from named arrays (an initial model file, fedsim.authors)."""
+        raise ValueError(f"{source}: only MCLR models (synthetic, FEMNIST) take an initial model file, "
+                         f"not {self.name}")
+
+    def sample_losses(self, params, x, y) -> torch.Tensor:
+        return self.losses(self.logits(params, x), y)
+
+    def loss(self, params, x, y) -> torch.Tensor:
+        """Mean loss of a batch."""
+        return self.sample_losses(params, x, y).mean()
+
+    def stats(self, params, x, y) -> tuple[float, float]:
+        """Mean loss and accuracy over all rows, in chunks that bound the activations' memory."""
+        rows = max(1, EVAL_FLOATS // self.floats_per_sample)
+        loss = correct = 0.0
+        with torch.no_grad():
+            for start in range(0, len(y), rows):
+                logits, yb = self.logits(params, x[start:start + rows]), y[start:start + rows]
+                loss += self.losses(logits, yb).sum().item()
+                correct += self.hits(logits, yb).sum().item()
+        n = max(len(y), 1)
+        return loss / n, correct / n
+
+    def stacked_grads(self, stacked, x, y, weight) -> torch.Tensor:
+        """Gradients of sum_b weight[k, b] loss(stacked[k]; x[k, b], y[k, b]), per device: (K, *shape).
+        Each device's loss touches only its own slice of the stack, so one backward of the sum gives
+        every device's own gradient."""
+        leaf = stacked.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            loss = (self.sample_losses(leaf, x, y) * weight).sum()
+            (grad,) = torch.autograd.grad(loss, leaf)
+        return grad
+
+    def gradient_rows(self, sizes: np.ndarray) -> np.ndarray:
+        """How many of each device's first rows its full local gradient reads: all of them."""
+        return sizes
+
+    def device_grads(self, params: torch.Tensor, x, y, offsets) -> torch.Tensor:
+        """Full local gradients, one per device (over its `gradient_rows`): (devices, *params.shape).
+
+        Devices' samples are boxed (G, M) with padded slots weighted 0; a chunk of G devices runs
+        as one stacked forward and backward at G copies of params.
+        """
+        offsets = np.asarray(offsets)
+        used = self.gradient_rows(np.diff(offsets))
+        grads = params.new_zeros(len(used), *params.shape)
+        width = max(int(used.max(initial=0)), 1)
+        per_chunk = max(1, GRAD_FLOATS // self.floats_per_sample // width)
+        for lo in range(0, len(used), per_chunk):
+            hi = min(lo + per_chunk, len(used))
+            if used[lo:hi].sum() == 0:
+                continue
+            slot = np.arange(width)
+            real = slot < used[lo:hi, None]
+            index = torch.from_numpy(np.where(real, offsets[lo:hi, None] + slot, 0)).to(x.device)
+            weight = torch.from_numpy(real / np.maximum(used[lo:hi, None], 1)).to(params)
+            grads[lo:hi] = self.stacked_grads(params.expand(hi - lo, *params.shape), x[index], y[index], weight)
+        return grads
+
+
+class Layout:
+    """Named shapes packed into one flat vector, in order."""
+
+    def __init__(self, shapes: dict[str, tuple[int, ...]]):
+        self.shapes = shapes
+        self.size = sum(math.prod(s) for s in shapes.values())
+
+    def views(self, flat: torch.Tensor) -> dict[str, torch.Tensor]:
+        """(..., P) -> {name: (..., *shape)}, views sharing flat's memory (and autograd graph)."""
+        out, at = {}, 0
+        for name, shape in self.shapes.items():
+            n = math.prod(shape)
+            out[name] = flat[..., at:at + n].unflatten(-1, shape)
+            at += n
+        return out
+
+
+def glorot_uniform(shape, generator: torch.Generator, fan_in: int, fan_out: int) -> torch.Tensor:
+    """TensorFlow's default initialiser (the reference code's), drawn in float64 from `generator`."""
+    limit = math.sqrt(6.0 / (fan_in + fan_out))
+    return (2 * torch.rand(shape, generator=generator, dtype=torch.float64) - 1) * limit
+
+
+def _discover() -> dict[str, type]:
+    """Every model module's MODEL, by name (a module's name is its model's)."""
+    found = {}
+    for info in pkgutil.iter_modules(__path__):
+        model = getattr(importlib.import_module(f"{__name__}.{info.name}"), "MODEL", None)
+        if model is None:
+            continue  # a module of shared parts (lstm.py)
+        if model.name != info.name:
+            raise ImportError(f"fedsim/models/{info.name}.py declares a model named {model.name!r}: "
+                              f"name it {info.name!r}")
+        found[model.name] = model
+    return found
+
+
+REGISTRY: dict[str, type] = _discover()
+
+
+def get_model(name: str) -> type:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(REGISTRY)}") from None
+
+
+def default_model(kind: str) -> str:
+    """The paper's model of a dataset kind: the LSTMs for Shakespeare and Sent140, MCLR otherwise."""
+    return {"shakespeare": "char_lstm", "sent140": "sent140_lstm"}.get(kind, "mclr")
+
+
+def for_dataset(dataset, dtype: torch.dtype, device: torch.device, name: str | None = None) -> Model:
+    """The model `name` (default: the paper's for the dataset's kind) of one dataset file; ValueError
+    in one line where it does not serve that kind."""
+    model = get_model(name or default_model(dataset.kind))
+    if not model.serves(dataset.kind):
+        raise ValueError(f"bad run setting model={model.name!r}: it does not serve {dataset.kind} data "
+                         f"({dataset.path.name})")
+    return model.build(dataset, dtype, device)

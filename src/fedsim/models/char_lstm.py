@@ -1,0 +1,38 @@
+"""Shakespeare's model: a character LSTM predicting the next character (LEAF's, the reference's)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ._lstm import Layout, LSTMModel, dense, lookup, lstm_last, lstm_layer_shapes
+
+
+class CharLSTM(LSTMModel):
+    """Char embedding 8, 2-layer LSTM 256, next char over 80 symbols (the last step's logits)."""
+
+    name = "char_lstm"
+    label = "char LSTM"
+    kinds = ("shakespeare",)
+
+    def __init__(self, num_classes=80, seq_len=80, embed=8, hidden=256, layers=2):
+        self.num_classes, self.seq_len, self.hidden, self.layers = num_classes, seq_len, hidden, layers
+        self.layout = Layout({"embed": (num_classes, embed), **lstm_layer_shapes(embed, hidden, layers),
+                              "out.kernel": (hidden, num_classes), "out.bias": (num_classes,)})
+
+    @classmethod
+    def build(cls, dataset, dtype, device) -> "CharLSTM":
+        return cls(num_classes=dataset.num_classes, seq_len=int(dataset.feature_shape[0]))
+
+    def logits(self, params, x) -> torch.Tensor:
+        p = self.layout.views(params)
+        return dense(p, "out", lstm_last(p, lookup(p["embed"], x), self.layers))
+
+    def losses(self, logits, y) -> torch.Tensor:
+        return F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
+
+    def hits(self, logits, y) -> torch.Tensor:
+        return logits.argmax(-1) == y
+
+
+MODEL = CharLSTM

@@ -1,0 +1,183 @@
+"""The FEMNIST CNN (fedsim.models.cnn): LEAF's layers and size, one stacked computation for K devices
+that equals K separate ones, and the batched engine against the per-device loop."""
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
+from fedsim.methods import LocalProblem
+from fedsim.models.cnn import CNN
+
+SIZES = [1, 7, 12, 5]  # ragged devices
+
+
+def small_cnn():
+    return CNN(num_classes=5, side=8, channels=(2, 3), hidden=6)
+
+
+def images(model, n, seed=0, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(n, model.side * model.side, generator=g, dtype=dtype)
+    return x, torch.randint(0, model.num_classes, (n,), generator=g)
+
+
+def reference_module(model: CNN, params: torch.Tensor) -> nn.Module:
+    """The same network written with torch.nn layers, its weights copied from params."""
+    c1, c2 = model.channels
+    net = nn.Sequential(nn.Unflatten(1, (1, model.side, model.side)),
+                        nn.Conv2d(1, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                        nn.Linear(c2 * (model.side // 4) ** 2, model.hidden), nn.ReLU(),
+                        nn.Linear(model.hidden, model.num_classes)).to(params.dtype)
+    p = model.layout.views(params)
+    with torch.no_grad():
+        for layer, name in ((net[1], "conv1"), (net[4], "conv2")):
+            layer.weight.copy_(p[f"{name}.kernel"])
+            layer.bias.copy_(p[f"{name}.bias"])
+        for layer, name in ((net[8], "dense"), (net[10], "out")):
+            layer.weight.copy_(p[f"{name}.kernel"].T)
+            layer.bias.copy_(p[f"{name}.bias"])
+    return net
+
+
+def test_leaf_femnist_cnn_has_its_parameter_count_and_shapes():
+    model = CNN()
+    assert model.layout.size == 6_603_710  # LEAF's models/femnist/cnn.py at 28x28 and 62 classes
+    shapes = model.layout.shapes
+    assert shapes["conv1.kernel"] == (32, 1, 5, 5) and shapes["conv2.kernel"] == (64, 32, 5, 5)
+    assert shapes["dense.kernel"] == (7 * 7 * 64, 2048) and shapes["out.kernel"] == (2048, 62)
+    params = model.init(torch.Generator().manual_seed(0))
+    x, _ = images(model, 3, dtype=torch.float32)
+    assert model.logits(params, x).shape == (3, 62)
+    assert model.logits(params.expand(2, -1), x.expand(2, -1, -1)).shape == (2, 3, 62)
+
+
+def test_init_is_glorot_uniform_with_zero_biases():
+    model = CNN()
+    views = model.layout.views(model.init(torch.Generator().manual_seed(0)))
+    for name, fan_in, fan_out in (("conv1", 25, 32 * 25), ("conv2", 32 * 25, 64 * 25), ("dense", 3136, 2048)):
+        limit = (6 / (fan_in + fan_out)) ** 0.5
+        kernel = views[f"{name}.kernel"]
+        assert kernel.abs().max() <= limit and kernel.abs().max() > 0.95 * limit
+        assert abs(kernel.std().item() - limit / 3 ** 0.5) < 0.05 * limit  # uniform(-l, l)
+        assert torch.all(views[f"{name}.bias"] == 0)
+
+
+def test_logits_equal_the_same_network_in_torch_nn():
+    model = small_cnn()
+    params = model.init(torch.Generator().manual_seed(1), torch.float64)
+    params[model.layout.size - 20:] += 0.1  # biases too (they start at zero)
+    x, _ = images(model, 9)
+    torch.testing.assert_close(model.logits(params, x), reference_module(model, params)(x), rtol=1e-12, atol=1e-12)
+
+
+def test_a_stack_of_devices_equals_each_device_alone():
+    """Devices as channel groups of one convolution: each device sees only its own model and images."""
+    model = small_cnn()
+    stacked = torch.stack([model.init(torch.Generator().manual_seed(s), torch.float64) for s in range(3)])
+    x, y = images(model, 3 * 4)
+    x, y = x.view(3, 4, -1), y.view(3, 4)
+    logits = model.logits(stacked, x)
+    for k in range(3):
+        torch.testing.assert_close(logits[k], model.logits(stacked[k], x[k]), rtol=1e-12, atol=1e-12)
+    weight = torch.rand(3, 4, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    grads = model.stacked_grads(stacked, x, y, weight)
+    for k in range(3):
+        w = stacked[k].clone().requires_grad_(True)
+        (expected,) = torch.autograd.grad((model.sample_losses(w, x[k], y[k]) * weight[k]).sum(), w)
+        torch.testing.assert_close(grads[k], expected, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, 20])
+def test_batched_engine_equals_the_per_device_loop(batch_size):
+    """A whole round on ragged devices, proximal and correction terms on."""
+    model = small_cnn()
+    params = model.init(torch.Generator().manual_seed(1), torch.float64)
+    x, y = images(model, sum(SIZES), seed=3)
+    clients = Clients.from_arrays(model.prepare_inputs(x), y, np.concatenate([[0], np.cumsum(SIZES)]))
+    devices = np.array([2, 0, 3, 1])
+    correction = 0.01 * torch.randn(len(devices), *params.shape, generator=torch.Generator().manual_seed(4),
+                                    dtype=torch.float64)
+    problem = LocalProblem(mu=0.3, correction=correction)
+    settings = SGDSettings(lr=0.1, epochs=2, batch_size=batch_size, seed=7)
+    batched = local_sgd_batched(model, params, problem, clients, devices, settings, 2)
+    loop = local_sgd_loop(model, params, problem, clients, devices, settings, 2)
+    assert (batched != params).any(dim=1).all()
+    torch.testing.assert_close(batched, loop, rtol=1e-12, atol=1e-14)
+
+
+def test_device_grads_are_each_devices_full_gradient():
+    model = small_cnn()
+    params = model.init(torch.Generator().manual_seed(1), torch.float64)
+    x, y = images(model, sum(SIZES), seed=3)
+    offsets = np.concatenate([[0], np.cumsum(SIZES)])
+    grads = model.device_grads(params, x, y, offsets)
+    for k in range(len(SIZES)):
+        w = params.clone().requires_grad_(True)
+        rows = slice(offsets[k], offsets[k + 1])
+        (expected,) = torch.autograd.grad(model.loss(w, x[rows], y[rows]), w)
+        torch.testing.assert_close(grads[k], expected, rtol=1e-10, atol=1e-12)
+
+
+def test_a_non_square_image_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="divisible by 4"):
+        CNN(side=30)
+
+
+def femnist_like(path, devices=4, per_device=8, classes=10, seed=0):
+    """A tiny file of FEMNIST's kind: 28x28 images as 784 features in [0, 1]."""
+    from fedsim.data import write_dataset
+
+    rng = np.random.default_rng(seed)
+    n = devices * per_device
+    y = rng.integers(0, classes, n)
+    x = (rng.random((n, 784)) * 0.5 + (y[:, None] == np.arange(784) % classes) * 0.5).astype(np.float32)
+    train = np.arange(n) % per_device < per_device * 3 // 4
+    offsets = [np.arange(devices + 1) * c for c in (per_device * 3 // 4, per_device - per_device * 3 // 4)]
+    write_dataset(path, name="tiny-femnist", kind="femnist", num_classes=classes,
+                  clients=[f"w{k}" for k in range(devices)], train_x=x[train], train_y=y[train],
+                  train_offsets=offsets[0], test_x=x[~train], test_y=y[~train], test_offsets=offsets[1],
+                  provenance={})
+    return str(path)
+
+
+def test_a_run_trains_the_cnn_it_is_asked_for(tmp_path):
+    """`model: cnn` on a FEMNIST file: the CNN's runs train, on the general rule, resumably reproducible."""
+    from fedsim.settings import RunConfig
+    from fedsim.train import run
+
+    config = RunConfig(data=femnist_like(tmp_path / "f.h5"), method="feddane", mu=0.01, model="cnn",
+                       clients_per_round=2, epochs=1, batch_size=4, lr=0.05, rounds=2)
+    metrics, record = run(config)
+    assert list(metrics["round"]) == [0, 1, 2] and np.isfinite(metrics["train_loss"]).all()
+    assert record["config"]["model"] == "cnn"
+    again, _ = run(config)
+    assert again.equals(metrics)
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(method="done", clients_per_round=4), "bad run setting method='done'.*MCLR models only"),
+    (dict(method="fedavg", theory=True), "bad run setting theory=True"),
+    (dict(method="fedavg", engine="kernel"), "bad run setting engine='kernel': it runs MCLR models on the CPU"),
+])
+def test_what_the_cnn_cannot_run_is_refused_in_one_line(tmp_path, settings, message):
+    from fedsim.settings import RunConfig
+    from fedsim.train import run
+
+    config = RunConfig(**{"data": femnist_like(tmp_path / "f.h5"), "model": "cnn", "clients_per_round": 2,
+                          "epochs": 1, "rounds": 1, **settings})
+    with pytest.raises(ValueError, match=message):
+        run(config)
+
+
+def test_a_model_that_does_not_serve_the_datasets_kind_is_refused(tmp_path):
+    from fedsim.settings import RunConfig
+    from fedsim.train import run
+
+    from tiny import tiny_dataset
+    config = RunConfig(data=tiny_dataset(tmp_path / "s.h5"), method="fedavg", model="cnn", rounds=1,
+                       clients_per_round=2)
+    with pytest.raises(ValueError, match="bad run setting model='cnn': it does not serve synthetic data"):
+        run(config)
