@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from helpers.workflow import REPO, config_error, copy_workflow, default_config, snakemake, write_config
+from helpers.workflow import CONFIG, REPO, config_error, copy_workflow, default_config, snakemake, write_config
 
 
 def at(path, value):
@@ -366,3 +366,40 @@ def test_an_out_of_range_option_on_the_command_line_stops_snakemake_before_any_j
     assert errors[0] == "Config error at method_options.fedopt.beta1: bad method option beta1=1.5: expected a number in [0, 1)"
     assert "Job stats" not in out and not (workdir / "results").exists()
 
+
+# ---------------------------------------------------------------------------------------
+# Text read as numbers only where Snakemake made it text: --config, not a config file
+# ---------------------------------------------------------------------------------------
+
+QUOTED_IN_A_FILE = [
+    ("experiments.figure1.clients_per_round", "10", "'10' is not one positive integer"),
+    ("simulator.warm_start", "yes", "'yes' is not of type 'boolean'"),
+    ("method_options.fedopt", {"beta1": "0.5"}, "bad method option beta1='0.5': expected a number in [0, 1)"),
+]
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("path, value, problem", QUOTED_IN_A_FILE, ids=[c[0] for c in QUOTED_IN_A_FILE])
+def test_quoted_numbers_in_a_configfile_are_refused_as_text(tmp_path, path, value, problem):
+    workdir = copy_workflow(tmp_path / "wf")
+    cfg = default_config()
+    at(path, value)(cfg)
+    write_config(tmp_path, cfg)  # tmp_path/config/config.yaml, given with --configfile
+    code, out = snakemake(workdir, "-n", "--cores", "1", "--configfile", str(tmp_path / CONFIG))
+    errors = [line for line in out.splitlines() if "Config error" in line]
+    assert code != 0 and len(errors) == 1, out
+    key = path if isinstance(value, str) else f"{path}.{next(iter(value))}"
+    assert_one_line(errors[0], key, problem)
+
+
+@pytest.mark.workflow
+def test_the_same_values_on_the_command_line_are_typed_beside_a_configfile(tmp_path):
+    """--config's nested values are text from Snakemake's parser: read as YAML again, even where a
+    --configfile is given as well (its own values are left as the file has them)."""
+    workdir = copy_workflow(tmp_path / "wf")
+    write_config(tmp_path, default_config())
+    code, out = snakemake(workdir, "-n", "--printshellcmds", "--cores", "1", "--configfile", str(tmp_path / CONFIG),
+                          "--config", "experiments={figure1: {clients_per_round: 5}}", "simulator={warm_start: no}",
+                          "method_options={fedopt: {beta1: 0.5}}")
+    assert code == 0, out
+    assert "fedavg/mu0_K5_E20_seed0/run.json" in out

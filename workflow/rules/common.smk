@@ -23,8 +23,10 @@ from fedsim.methods import ENTRIES, USES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), in legend order
-# --config's nested values arrive as text ('20'); typed as a config file would type them
-snakemake.utils.update_config(config, command_line_types(workflow.config_settings.overwrite_config))
+# --config's nested values arrive as text ('20'): typed as a config file would type them. Only
+# those: config_settings.config holds what --config gave (overwrite_config mixes in the --configfile
+# files, where a quoted '10' is the user's text and the check refuses it).
+snakemake.utils.update_config(config, command_line_types(dict(workflow.config_settings.config)))
 try:
     check_config(config, SCHEMA, workflow.basedir, workflow.configfiles)
     config["experiments"] = experiments.selected_experiments(config)  # only_experiments, only_datasets
