@@ -44,7 +44,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-MU_CHOICES = ("none", "fixed", "tuned")   # mu always 0 | the dataset's fedprox_mu | tuned over a grid
+MU_CHOICES = ("none", "fixed", "tuned")   # mu always 0 | the dataset's fedprox_mu (no default) | tuned over a grid
 GRADIENTS = ("none", "sampled", "all")    # who sends a full gradient at w^{t-1} before solving
 TUNED_MU = "mu"                           # the tuned setting's name where it is mu (else an option's)
 
