@@ -140,3 +140,25 @@ def test_more_clients_per_round_than_devices_is_one_line(data, tmp_path, capsys)
     assert cli.main(train_args(data, tmp_path, "--clients-per-round", "7")) == 2
     assert error_lines(capsys) == ["fedsim train: error: bad run setting clients_per_round=7: 7 is more than the 6 "
                                    "devices (uniform selection draws without replacement)"]
+
+
+def test_fedprox_without_mu_is_refused_not_run_as_fedavg(data, tmp_path, capsys):
+    """mu = 0 is FedAvg's local problem: FedProx has no default mu (the FedProx paper picks one per dataset)."""
+    args = train_args(data, tmp_path)
+    args[args.index("fedavg")] = "fedprox"
+    assert cli.main(args) == 2
+    (line,) = error_lines(capsys)
+    assert line.startswith("fedsim train: error: --method fedprox needs --mu, the weight of its proximal term"), line
+    assert not (tmp_path / "out").exists()
+    assert cli.main([*args, "--mu", "0.5"]) == 0
+    assert json.loads((tmp_path / "out" / "run.json").read_text())["config"]["mu"] == 0.5
+
+
+def test_the_methods_without_a_fixed_mu_still_default_to_zero():
+    assert cli.NEEDS_MU == ("fedprox",)
+    for method in ("fedavg", "feddane", "scaffold"):
+        args = cli.build_parser().parse_args(["train", "--data", "d.h5", "--method", method, "--metrics", "m",
+                                              "--info", "i"])
+        assert cli.run_config(args).mu == 0.0
+    mu_help = next(a.help for a in train_parser()._actions if a.dest == "mu")
+    assert "required for fedprox" in mu_help

@@ -12,7 +12,7 @@ import math
 
 import pytest
 
-from helpers.workflow import REPO, config_error, copy_workflow, default_config, snakemake, write_config
+from helpers.workflow import CONFIG, REPO, config_error, copy_workflow, default_config, snakemake, write_config
 
 
 def at(path, value):
@@ -293,3 +293,113 @@ def test_yaml_syntax_error_stops_snakemake_before_any_job(tmp_path):
     assert code != 0 and len(errors) == 1, out
     assert errors[0].startswith("Config error in config/config.yaml, line ") and problem in errors[0], errors[0]
     assert not (workdir / "results").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# Method options: every option of every method, just outside and just inside its domain
+# ---------------------------------------------------------------------------------------
+
+def near(bound, option, inward):
+    """The value next to `bound`, one step (an integer, or one float ulp) above it if `inward` is up."""
+    if isinstance(option.default, int):
+        return bound + (1 if inward else -1)
+    return math.nextafter(bound, math.inf if inward else -math.inf)
+
+
+def domain_edges(option):
+    """(values just outside the option's declared domain, values just inside it)."""
+    if option.choices:
+        return [f"not_{option.choices[0]}", 1], list(option.choices)
+    if isinstance(option.default, bool):
+        return ["yes", 1], [True, False]
+    outside, inside = [str(option.default)], [option.default]  # a quoted number in a file is text
+    if option.above is not None:
+        outside += [option.above]
+        inside += [near(option.above, option, inward=True)]
+    if option.at_least is not None:
+        outside += [near(option.at_least, option, inward=False)]
+        inside += [option.at_least]
+    if option.below is not None:
+        outside += [option.below]
+        inside += [near(option.below, option, inward=False)]
+    if option.at_most is not None:
+        outside += [near(option.at_most, option, inward=True)]
+        inside += [option.at_most]
+    if isinstance(option.default, int):
+        outside += [float(option.default)]  # 2.0 where an integer is meant
+    return outside, inside
+
+
+def registry_options():
+    from fedsim.methods import REGISTRY
+
+    return [(method.name, name, option) for method in REGISTRY.values() for name, option in method.options.items()]
+
+
+def test_every_numeric_option_declares_a_bound():
+    """A number that may be anything is a domain nobody declared (an exclusive 0 is the usual one)."""
+    for method, name, option in registry_options():
+        if option.is_number and not option.choices:
+            assert {option.above, option.at_least} != {None}, f"{method}.{name} declares no lower bound"
+
+
+@pytest.mark.parametrize("method, name, option", registry_options(),
+                         ids=[f"{m}.{n}" for m, n, _ in registry_options()])
+def test_every_method_option_is_checked_against_its_domain_before_any_job(tmp_path, method, name, option):
+    outside, inside = domain_edges(option)
+    for value in outside:
+        write_case(tmp_path, at(f"method_options.{method}", {name: value}))
+        assert_one_line(config_error(tmp_path), f"method_options.{method}.{name}",
+                        f"bad method option {name}={value!r}: expected {option.domain}")
+    for value in inside:
+        write_case(tmp_path, at(f"method_options.{method}", {name: value}))
+        assert config_error(tmp_path) is None, (name, value)
+
+
+@pytest.mark.workflow
+def test_an_out_of_range_option_on_the_command_line_stops_snakemake_before_any_job(tmp_path):
+    """The issue's case: fedopt's beta1 in [0, 1) was checked only when each training job started."""
+    workdir = copy_workflow(tmp_path / "wf")
+    code, out = snakemake(workdir, "-n", "--cores", "1", "--config", "method_options={fedopt: {beta1: 1.5}}")
+    errors = [line for line in out.splitlines() if "Config error" in line]
+    assert code != 0 and len(errors) == 1, out
+    assert errors[0] == "Config error at method_options.fedopt.beta1: bad method option beta1=1.5: expected a number in [0, 1)"
+    assert "Job stats" not in out and not (workdir / "results").exists()
+
+
+# ---------------------------------------------------------------------------------------
+# Text read as numbers only where Snakemake made it text: --config, not a config file
+# ---------------------------------------------------------------------------------------
+
+QUOTED_IN_A_FILE = [
+    ("experiments.figure1.clients_per_round", "10", "'10' is not one positive integer"),
+    ("simulator.warm_start", "yes", "'yes' is not of type 'boolean'"),
+    ("method_options.fedopt", {"beta1": "0.5"}, "bad method option beta1='0.5': expected a number in [0, 1)"),
+]
+
+
+@pytest.mark.workflow
+@pytest.mark.parametrize("path, value, problem", QUOTED_IN_A_FILE, ids=[c[0] for c in QUOTED_IN_A_FILE])
+def test_quoted_numbers_in_a_configfile_are_refused_as_text(tmp_path, path, value, problem):
+    workdir = copy_workflow(tmp_path / "wf")
+    cfg = default_config()
+    at(path, value)(cfg)
+    write_config(tmp_path, cfg)  # tmp_path/config/config.yaml, given with --configfile
+    code, out = snakemake(workdir, "-n", "--cores", "1", "--configfile", str(tmp_path / CONFIG))
+    errors = [line for line in out.splitlines() if "Config error" in line]
+    assert code != 0 and len(errors) == 1, out
+    key = path if isinstance(value, str) else f"{path}.{next(iter(value))}"
+    assert_one_line(errors[0], key, problem)
+
+
+@pytest.mark.workflow
+def test_the_same_values_on_the_command_line_are_typed_beside_a_configfile(tmp_path):
+    """--config's nested values are text from Snakemake's parser: read as YAML again, even where a
+    --configfile is given as well (its own values are left as the file has them)."""
+    workdir = copy_workflow(tmp_path / "wf")
+    write_config(tmp_path, default_config())
+    code, out = snakemake(workdir, "-n", "--printshellcmds", "--cores", "1", "--configfile", str(tmp_path / CONFIG),
+                          "--config", "experiments={figure1: {clients_per_round: 5}}", "simulator={warm_start: no}",
+                          "method_options={fedopt: {beta1: 0.5}}")
+    assert code == 0, out
+    assert "fedavg/mu0_K5_E20_seed0/run.json" in out

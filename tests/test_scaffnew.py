@@ -96,5 +96,5 @@ def test_a_killed_run_resumes_bit_identical(data, tmp_path):
 def test_partial_participation_and_a_probability_above_one_are_refused(data):
     with pytest.raises(ValueError, match="clients_per_round=3: scaffnew needs every device"):
         run(config(data, clients_per_round=3))
-    with pytest.raises(ValueError, match="p=1.5: a probability"):
+    with pytest.raises(ValueError, match=r"p=1.5: expected a number in \(0, 1\]"):
         run(config(data, options={"p": 1.5}))

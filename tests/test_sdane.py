@@ -237,7 +237,6 @@ def test_the_variant_sets_accelerated_and_lambda_is_tuned():
         METHOD.resolve({"lambda": 0.0})
 
 
-def test_a_negative_strong_convexity_is_refused(tiny):
-    _, _, params = tiny
-    with pytest.raises(ValueError, match="strong_convexity=-0.1: expected >= 0"):
-        sdane_round(tiny, params, METHOD.init(params, len(SIZES)), [0, 1], strong_convexity=-0.1)
+def test_a_negative_strong_convexity_is_refused():
+    with pytest.raises(ValueError, match="strong_convexity=-0.1: expected a number >= 0"):
+        METHOD.resolve({"strong_convexity": -0.1})

@@ -605,3 +605,21 @@ def test_a_results_dir_that_cannot_be_written_is_one_line(tmp_path):
     assert code != 0 and len(errors) == 1, out
     assert errors[0].startswith("Config error at results_dir: cannot write below 'occupied/results'"), errors[0]
     assert "Traceback" not in out
+
+
+def test_a_report_before_any_run_says_what_to_run_first(tmp_path):
+    """Not Snakemake's "File ... marked for report but does not exist": one line naming the command
+    that makes the outputs, with this call's config arguments (a selection reports its own outputs)."""
+    workdir = copy_workflow(tmp_path / "wf")
+    write_config(workdir, tiny_config())
+    code, out = snakemake(workdir, "--report", "report.html")
+    lines = [line for line in out.splitlines() if "Nothing to report yet" in line]
+    assert code != 0 and len(lines) == 1, out
+    assert lines[0].startswith("Nothing to report yet: results/summary/planned_runs.csv and "), lines[0]
+    assert lines[0].endswith("run `snakemake` first, then the report"), lines[0]
+    assert "marked for report" not in out and "Traceback" not in out
+    assert not (workdir / "report.html").exists()
+    code, out = snakemake(workdir, "--report", "--config", "only_experiments=[figure1]")
+    (line,) = [line for line in out.splitlines() if "Nothing to report yet" in line]
+    assert line.startswith("Nothing to report yet: results/only-figure1/summary/planned_runs.csv"), line
+    assert "run `snakemake --config 'only_experiments=[figure1]'` first" in line

@@ -65,17 +65,23 @@ def _method_option(text: str) -> tuple[str, str]:
     return name, value
 
 
+# The methods whose mu is `fixed` (fedsim.methods: FedProx): a proximal term is what they are, and
+# its weight is the dataset's (the FedProx paper chose one per dataset), so none is a default.
+NEEDS_MU = tuple(name for name, entry in ENTRIES.items() if entry.method.mu == "fixed")
+
 # How the fields that are not one plain value each are spelled on the command line: a method's
-# options come one NAME=VALUE at a time.
+# options come one NAME=VALUE at a time; --mu has no default of its own (run_config gives it).
 SPELLED = {"options": {"flag": "--option", "type": _method_option, "action": "append", "default": [],
-                       "metavar": "NAME=VALUE"}}
+                       "metavar": "NAME=VALUE"},
+           "mu": {"default": None, "more_help": f" (required for {', '.join(NEEDS_MU)}, whose mu is the dataset's; "
+                                                "default 0 for the others)"}}
 
 
 def _run_setting_argument(f: dataclasses.Field) -> tuple[str, dict]:
     """The `train` option of one RunConfig field: its flag and add_argument's keywords."""
     meta, spelled = f.metadata, dict(SPELLED.get(f.name, {}))
     flag = spelled.pop("flag", "--" + f.name.replace("_", "-"))
-    kwargs = {"dest": f.name, "help": meta["help"], **spelled}
+    kwargs = {"dest": f.name, "help": meta["help"] + spelled.pop("more_help", ""), **spelled}
     if meta["choices"]:
         kwargs["choices"] = list(meta["choices"])
     if meta["check"] is not None:
@@ -101,8 +107,15 @@ def _add_run_settings(parser) -> None:
 
 
 def run_config(args) -> RunConfig:
-    """The RunConfig of parsed `train` arguments."""
+    """The RunConfig of parsed `train` arguments. Without --mu, FedProx (NEEDS_MU) is refused in one
+    line rather than run at mu = 0, which is FedAvg; the other methods take RunConfig's 0."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
+    if values["mu"] is None:
+        if values["method"] in NEEDS_MU:
+            raise ValueError(f"--method {values['method']} needs --mu, the weight of its proximal term: it has no "
+                             "default (the FedProx paper picks one per dataset, config/config.yaml's fedprox_mu; "
+                             "mu = 0 is FedAvg)")
+        del values["mu"]
     return RunConfig(**{**values, "options": dict(values["options"])})  # --option's NAME=VALUE pairs
 
 

@@ -278,13 +278,14 @@ def _check_rng(cfg) -> None:
 
 
 def _check_method_options(cfg) -> None:
-    """Each method's settings, checked by the method itself (fedsim.methods: its `options`)."""
+    """Each method's settings against the domains its options declare (fedsim.methods.Option), as
+    typed: quoted numbers in a file are text (command-line values are typed before: command_line_types)."""
     for name, options in cfg["method_options"].items():
         if name not in REGISTRY:
             raise ConfigError(["method_options", name], f"unknown method (one of {', '.join(REGISTRY)})")
         for key, value in options.items():
             try:
-                REGISTRY[name].resolve({key: value})
+                REGISTRY[name].resolve({key: value}, from_text=False)
             except ValueError as err:
                 raise ConfigError(["method_options", name, key], str(err)) from None
 

@@ -60,7 +60,7 @@ def _method_help() -> str:
 
 def _options_help() -> str:
     return "a setting of the method, repeatable (" + "; ".join(
-        f"{m.name} {name}: {o.help}, default {o.default}" for m in REGISTRY.values()
+        f"{m.name} {name}: {o.help}, {o.domain}, default {o.default}" for m in REGISTRY.values()
         for name, o in m.options.items()) + ")"
 
 

@@ -6,6 +6,7 @@ import csv
 import hashlib
 import os
 import re
+import shlex
 import sys
 
 import snakemake.utils
@@ -23,8 +24,10 @@ from fedsim.methods import ENTRIES, USES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), in legend order
-# --config's nested values arrive as text ('20'); typed as a config file would type them
-snakemake.utils.update_config(config, command_line_types(workflow.config_settings.overwrite_config))
+# --config's nested values arrive as text ('20'): typed as a config file would type them. Only
+# those: config_settings.config holds what --config gave (overwrite_config mixes in the --configfile
+# files, where a quoted '10' is the user's text and the check refuses it).
+snakemake.utils.update_config(config, command_line_types(dict(workflow.config_settings.config)))
 try:
     check_config(config, SCHEMA, workflow.basedir, workflow.configfiles)
     config["experiments"] = experiments.selected_experiments(config)  # only_experiments, only_datasets
@@ -205,6 +208,40 @@ def final_targets():
         targets.append(summary_path("datasets.csv"))  # only then: the default DAG stays as it was
     return targets
 
+
+def report_call(argv):
+    """This call's options where it builds a report of the default target (`--report [FILE]` or
+    `--reporter`, not `--report-after-run`, which reports after its own run), else None. Read with
+    Snakemake's own parser, only where argv names --report (the jobs' and the API's never do)."""
+    if not any(a == "--report" or a.startswith(("--report=", "--reporter")) for a in argv[1:]):
+        return None
+    from snakemake.cli import get_argument_parser
+
+    try:
+        args, _ = get_argument_parser().parse_known_args(argv[1:])
+    except SystemExit:  # argv is not a snakemake command line after all
+        return None
+    wanted = (args.report or args.reporter) and not args.report_after_run
+    return args if wanted and not args.targets else None  # named targets: Snakemake's to judge
+
+
+def check_report_has_a_run():
+    """`snakemake --report` before the run it reports stops with one line naming the command to run
+    first (Snakemake's own message, "File ... marked for report but does not exist", says neither)."""
+    args = report_call(sys.argv)
+    missing = [path for path in final_targets() if not Path(path).exists()] if args else []
+    if missing:
+        command = ["snakemake", *(["--snakefile", args.snakefile] if args.snakefile else []),
+                   *(["--directory", args.directory] if args.directory else []),
+                   *(["--configfile", *map(str, args.configfile)] if args.configfile else []),
+                   *(["--config", *args.config] if args.config else [])]
+        what = f"{missing[0]} and {len(missing) - 1} more of the run's outputs do" if len(missing) > 1 else \
+            f"{missing[0]}, an output of the run, does"
+        sys.exit(f"Nothing to report yet: {what} not exist; run `{shlex.join(map(str, command))}` first, then "
+                 "the report")
+
+
+check_report_has_a_run()
 
 # ---- Per-rule arguments and resources (fedsim.jobs), bound to this config
 

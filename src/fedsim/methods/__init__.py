@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import math
 import pkgutil
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -44,7 +45,7 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-MU_CHOICES = ("none", "fixed", "tuned")   # mu always 0 | the dataset's fedprox_mu | tuned over a grid
+MU_CHOICES = ("none", "fixed", "tuned")   # mu always 0 | the dataset's fedprox_mu (no default) | tuned over a grid
 GRADIENTS = ("none", "sampled", "all")    # who sends a full gradient at w^{t-1} before solving
 TUNED_MU = "mu"                           # the tuned setting's name where it is mu (else an option's)
 
@@ -92,31 +93,83 @@ class RoundContext:
 
 @dataclass(frozen=True)
 class Option:
-    """One setting of a method: its default, and the values it takes."""
+    """One setting of a method: its default, and its domain, the values it takes. The domain is
+    declared here once: the config check (fedsim.configcheck) refuses a value outside it before any
+    job, and the run (RunConfig) before any round; a method's code may assume it."""
 
     default: Any
     help: str
     choices: tuple = ()               # the allowed values, where they are a list
-    minimum: float | None = None      # numbers: the exclusive lower bound
+    above: float | None = None        # numbers: the exclusive lower bound
+    at_least: float | None = None     # numbers: the inclusive lower bound
+    below: float | None = None        # numbers: the exclusive upper bound
+    at_most: float | None = None      # numbers: the inclusive upper bound
     grid: tuple = ()                  # the values it is tuned over, where the method is tuned over it
 
-    def parse(self, name: str, value):
-        """The value, converted from command-line text where needed; ValueError naming it if bad."""
-        try:
-            if isinstance(self.default, bool) and isinstance(value, str):  # bool("False") is True
-                value = {"true": True, "1": True, "false": False, "0": False}[value.lower()]
-            value = type(self.default)(value) if isinstance(value, str) else value
-            if isinstance(self.default, float) and isinstance(value, int) and not isinstance(value, bool):
-                value = float(value)
-            ok = isinstance(value, type(self.default)) and (not self.choices or value in self.choices)
-            ok = ok and (self.minimum is None or (np.isfinite(value) and value > self.minimum))
-        except (TypeError, ValueError, KeyError):
-            ok = False
-        if not ok:
-            allowed = f"one of {', '.join(map(str, self.choices))}" if self.choices else \
-                f"a number > {self.minimum:g}" if self.minimum is not None else type(self.default).__name__
-            raise ValueError(f"bad method option {name}={value!r}: expected {allowed}")
+    def __post_init__(self):
+        assert self.above is None or self.at_least is None, self.help
+        assert self.below is None or self.at_most is None, self.help
+        for value in (self.default, *self.grid):
+            assert self.contains(value), f"{self.help}: {value!r} is outside its own domain ({self.domain})"
+
+    @property
+    def is_number(self) -> bool:
+        return isinstance(self.default, (int, float)) and not isinstance(self.default, bool)
+
+    @property
+    def domain(self) -> str:
+        """The values it takes, in words: 'one of a, b', 'a number in [0, 1)', 'an integer >= 1'."""
+        if self.choices:
+            return f"one of {', '.join(map(str, self.choices))}"
+        if isinstance(self.default, bool):
+            return "true or false"
+        if not self.is_number:
+            return type(self.default).__name__
+        what = "an integer" if isinstance(self.default, int) else "a number"
+        bounds = {">": self.above, ">=": self.at_least, "<": self.below, "<=": self.at_most}
+        given = [(op, bound) for op, bound in bounds.items() if bound is not None]
+        if len(given) == 2:  # a lower and an upper bound (__post_init__): interval notation
+            (low_op, low), (high_op, high) = given
+            return f"{what} in {'(' if low_op == '>' else '['}{low:g}, {high:g}{')' if high_op == '<' else ']'}"
+        return " ".join([what, *(f"{op} {bound:g}" for op, bound in given)])
+
+    def contains(self, value) -> bool:
+        """Whether `value`, as given (no text read as a number), lies in the domain."""
+        if self.choices:
+            return value in self.choices and isinstance(value, type(self.default))
+        if isinstance(self.default, bool) or not self.is_number:
+            return isinstance(value, type(self.default))
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            return False
+        if isinstance(self.default, int) and not isinstance(value, int):
+            return False
+        return ((self.above is None or value > self.above) and (self.at_least is None or value >= self.at_least)
+                and (self.below is None or value < self.below) and (self.at_most is None or value <= self.at_most))
+
+    def check(self, name: str, value):
+        """The value (an int made a float where the option is one) if it lies in the domain, else a
+        ValueError naming it."""
+        if isinstance(self.default, float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not self.contains(value):
+            raise ValueError(f"bad method option {name}={value!r}: expected {self.domain}")
         return value
+
+    def parse(self, name: str, value):
+        """check(), where the value may be command-line text (`--option NAME=VALUE`): text read as
+        the option's type first."""
+        if isinstance(value, str) and not isinstance(self.default, str):
+            value = self._from_text(value)
+        return self.check(name, value)
+
+    def _from_text(self, text: str):
+        """The option's type read from text, or the text itself where it does not read (check names it)."""
+        if isinstance(self.default, bool):  # bool("False") is True
+            return {"true": True, "1": True, "false": False, "0": False}.get(text.lower(), text)
+        try:
+            return type(self.default)(text)
+        except ValueError:
+            return text
 
 
 @dataclass(frozen=True)
@@ -203,14 +256,16 @@ class Method:
         """The name of the number that tells a method's runs apart: its tuned option, else mu."""
         return self.tuned or TUNED_MU
 
-    def resolve(self, options: dict) -> dict:
-        """Every option of the method, given ones parsed and checked, the rest at their default."""
+    def resolve(self, options: dict, from_text: bool = True) -> dict:
+        """Every option of the method, given ones checked against their domain, the rest at their
+        default. from_text: a value may be command-line text, read as its option's type (Option.parse);
+        False: it must have that type already (a config file's, where quotes are the user's)."""
         unknown = sorted(set(options) - set(self.options))
         if unknown:
             known = ", ".join(self.options) or "none"
             raise ValueError(f"bad method option {unknown[0]!r}: {self.name} takes {known}")
-        return {name: opt.parse(name, options[name]) if name in options else opt.default
-                for name, opt in self.options.items()}
+        return {name: (opt.parse if from_text else opt.check)(name, options[name]) if name in options
+                else opt.default for name, opt in self.options.items()}
 
 
 def _discover() -> tuple[dict[str, Method], dict[str, set]]:

@@ -63,10 +63,10 @@ METHOD = Method(
     exchanges=2, gradients="all", full_participation=True, mclr_only=True, order=130, tuned="alpha",
     down=2, up=1,  # the model and g down, d_k up (and the gradient exchange: fedsim.methods.traffic)
     options={
-        "alpha": Option(0.003, "Richardson step size alpha (< 2 / lambda_max of the local Hessians)", minimum=0.0,
+        "alpha": Option(0.003, "Richardson step size alpha (< 2 / lambda_max of the local Hessians)", above=0.0,
                         grid=(0.001, 0.003, 0.01)),
-        "iterations": Option(40, "Richardson iterations R per round", minimum=0),
-        "eta": Option(1.0, "server step size on the mean direction", minimum=0.0),
+        "iterations": Option(40, "Richardson iterations R per round", at_least=1),
+        "eta": Option(1.0, "server step size on the mean direction", above=0.0),
         "start": Option("global", "d_0: -grad f(w) (global) or the device's -grad F_k(w) (local, their code's "
                         "mini-batch case)", choices=STARTS),
     },

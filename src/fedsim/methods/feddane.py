@@ -39,10 +39,8 @@ def correction_term(ctx: RoundContext, correction: str = "exact"):
         own = grads  # S'_t = S_t: the solvers' gradients are already here
     else:
         own = ctx.device_grads(ctx.solvers)
-    if correction == "authors":
+    if correction == "authors":  # else "exact" (the option's domain: CORRECTIONS)
         own = authors_subtrahend(ctx.model, own)
-    elif correction != "exact":
-        raise ValueError(f"feddane correction {correction!r}: choose one of {CORRECTIONS}")
     return g_t.unsqueeze(0) - own
 
 

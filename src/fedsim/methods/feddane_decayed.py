@@ -25,5 +25,5 @@ METHOD = Method(
     name="feddane_decayed", label="FedDANE, decayed", color="tab:brown", local_problem=local_problem,
     exchanges=2, gradients="sampled", mu="tuned", order=50, down=2,
     options={"tau": Option(20.0, "rounds until the correction term is halved (s_t = 1/(1 + t/tau))",
-                           minimum=0.0)},
+                           above=0.0)},
 )

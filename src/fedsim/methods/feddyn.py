@@ -80,7 +80,7 @@ METHOD = Method(
     name="feddyn", label="FedDyn", color="teal", local_problem=local_problem, server_update=server_update,
     init=init, order=85, down=1, up=1, tuned="alpha",  # theta^{t-1} down, theta_k up
     options={
-        "alpha": Option(0.01, "regularisation weight alpha", minimum=0.0, grid=(0.001, 0.01, 0.1, 1.0)),
+        "alpha": Option(0.01, "regularisation weight alpha", above=0.0, grid=(0.001, 0.01, 0.1, 1.0)),
         "reported": Option("paper", "the model evaluated and returned: theta^t (paper) or the mean of the "
                            "active models (authors)", choices=CHOICES),
         "weighting": Option("paper", "h and the mean over S: plain over devices (paper) or by samples "

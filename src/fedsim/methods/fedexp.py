@@ -76,11 +76,11 @@ METHOD = Method(
     name="fedexp", label="FedExP", color="magenta", local_problem=local_problem, server_update=server_update,
     init=init, order=110, down=1, up=1, tuned="eps",
     options={
-        "eps": Option(0.1, "eps in eta_g's denominator ||Delta_bar||^2 + eps", minimum=0.0,
+        "eps": Option(0.1, "eps in eta_g's denominator ||Delta_bar||^2 + eps", above=0.0,
                       grid=(0.001, 0.01, 0.1, 1.0, 10.0)),
         "reported": Option("paper", "the model evaluated: x^t (paper) or (x^t + x^{t-1})/2 (authors' code)",
                            choices=REPORTED),
         "eps_decay": Option(1.0, "eps is multiplied by this before every round (authors' code: 0.998^2)",
-                            minimum=0.0),
+                            above=0.0),
     },
 )

@@ -51,9 +51,6 @@ def init(params, num_devices: int) -> dict:
 
 
 def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
-    for name in ("beta1", "beta2"):  # checked here: before the first round's local training
-        if not 0.0 <= ctx.options[name] < 1.0:
-            raise ValueError(f"bad method option {name}={ctx.options[name]!r}: expected a number in [0, 1)")
     return LocalProblem(mu=0.0, correction=None)
 
 
@@ -91,10 +88,10 @@ METHOD = Method(
     server_update=server_update, init=init, order=100, down=1, up=1, tuned="server_lr",
     options={
         "optimizer": Option("adam", "the server optimiser (v's update)", choices=OPTIMIZERS),
-        "server_lr": Option(0.01, "server learning rate eta", minimum=0.0, grid=(0.001, 0.01, 0.1, 1.0, 10.0)),
-        "beta1": Option(0.9, "momentum of the pseudo-gradient m, in [0, 1)"),
-        "beta2": Option(0.99, "second-moment decay of yogi and adam, in [0, 1)"),
-        "tau": Option(1e-3, "adaptivity tau, added to sqrt(v)", minimum=0.0),
+        "server_lr": Option(0.01, "server learning rate eta", above=0.0, grid=(0.001, 0.01, 0.1, 1.0, 10.0)),
+        "beta1": Option(0.9, "momentum of the pseudo-gradient m", at_least=0.0, below=1.0),
+        "beta2": Option(0.99, "second-moment decay of yogi and adam", at_least=0.0, below=1.0),
+        "tau": Option(1e-3, "adaptivity tau, added to sqrt(v)", above=0.0),
         "v0": Option("tau_squared", "initial v: Algorithm 2's tau^2, or zero (TFF experiments, Flower)",
                      choices=("tau_squared", "zero")),
         "bias_correction": Option("none", "none (Algorithm 2), kingma (step sqrt(1-beta2^t)/(1-beta1^t)), "

@@ -46,8 +46,6 @@ def init(params, num_devices: int) -> dict:
 
 def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
     beta = ctx.options["beta"]
-    if not 0.0 <= beta < 1.0:
-        raise ValueError(f"bad method option beta={beta!r}: expected a number in [0, 1)")
     if beta == 0.0:
         return LocalProblem(mu=0.0, correction=None)
     m = state["momentum"]
@@ -66,8 +64,8 @@ METHOD = Method(
     name="mimelite", label="MimeLite", color="maroon", local_problem=local_problem, server_update=server_update,
     init=init, order=120, down=2, up=2, tuned="server_lr",  # (x, m) down; (y_k, grad F_k(x)) up
     options={
-        "beta": Option(0.9, "momentum of the base optimiser (optax's trace), in [0, 1)"),
-        "server_lr": Option(1.0, "server learning rate: x <- x - server_lr mean(x - y_k)", minimum=0.0,
+        "beta": Option(0.9, "momentum of the base optimiser (optax's trace)", at_least=0.0, below=1.0),
+        "server_lr": Option(1.0, "server learning rate: x <- x - server_lr mean(x - y_k)", above=0.0,
                             grid=(0.001, 0.003, 0.01, 0.03, 0.1, 1.0)),
     },
 )

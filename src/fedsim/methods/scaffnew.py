@@ -39,8 +39,6 @@ def init(params, num_devices: int) -> dict:
 
 
 def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
-    if not ctx.options["p"] <= 1:
-        raise ValueError(f"bad method option p={ctx.options['p']!r}: a probability, in (0, 1]")
     return LocalProblem(mu=0.0, correction=-state["h"][ctx.solvers],
                         steps=local_steps(ctx.seed, ctx.round, ctx.options["p"]))
 
@@ -60,7 +58,7 @@ METHOD = Method(
     name="scaffnew", label="Scaffnew", color="olivedrab", local_problem=local_problem, server_update=server_update,
     init=init, full_participation=True, order=140, tuned="p",  # x down, x_k - (gamma/p) h_k up
     options={
-        "p": Option(0.01, "probability of communicating after a local step (mean local steps 1/p)", minimum=0.0,
+        "p": Option(0.01, "probability of communicating after a local step (mean local steps 1/p)", above=0.0, at_most=1.0,
                     grid=(0.002, 0.005, 0.01, 0.02, 0.05)),
         "weighting": Option("paper", "the average: plain over the devices (paper) or by samples", choices=WEIGHTINGS),
     },

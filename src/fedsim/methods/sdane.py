@@ -77,8 +77,6 @@ def step(ctx: RoundContext, state: dict) -> tuple[float, float, object]:
 
 
 def check(ctx: RoundContext) -> None:
-    if ctx.options["strong_convexity"] < 0:
-        raise ValueError(f"bad method option strong_convexity={ctx.options['strong_convexity']!r}: expected >= 0")
     everyone = len(ctx.sizes)
     if ctx.options["adaptive"] and not (len(ctx.solvers) == everyone and len(np.unique(ctx.solvers)) == everyone):
         raise ValueError(f"bad run setting clients_per_round={len(ctx.solvers)}: sdane with adaptive=True needs "
@@ -123,8 +121,8 @@ METHOD = Method(
     down=2, up=3,  # y, then the mean gradient, down; grad f_k(y), then w_k and grad f_k(w_k), up
     options={
         "lambda": Option(1.0, "the proximal weight lambda of the local problem (1/lambda: the proximal step)",
-                         minimum=0.0, grid=(0.001, 0.01, 0.1, 1.0, 10.0, 100.0)),
-        "strong_convexity": Option(0.0, "the strong convexity mu of f the method assumes (>= 0)"),
+                         above=0.0, grid=(0.001, 0.01, 0.1, 1.0, 10.0, 100.0)),
+        "strong_convexity": Option(0.0, "the strong convexity mu of f the method assumes", at_least=0.0),
         "accelerated": Option(False, "Acc-S-DANE: the accelerated form (y from x and v, A and B)"),
         "adaptive": Option(False, "adapt lambda by their line search (halve on accept, double and retry on "
                                   "reject); every device each round"),
