@@ -13,6 +13,7 @@ import pytest
 
 from fedsim import warm
 
+from helpers.workflow import env as checkout_env
 from tiny import tiny_dataset
 
 TRAIN = ["train", "--method", "feddane", "--mu", "0.1", "--clients-per-round", "3", "--epochs", "2",
@@ -23,7 +24,7 @@ TRAIN = ["train", "--method", "feddane", "--mu", "0.1", "--clients-per-round", "
 def env(tmp_path_factory):
     """A private temp folder (so a private server) that goes idle quickly."""
     tmp = tmp_path_factory.mktemp("w")
-    yield {**os.environ, "TMPDIR": str(tmp), "FEDSIM_WARM_IDLE": "3"}
+    yield {**checkout_env(), "TMPDIR": str(tmp), "FEDSIM_WARM_IDLE": "3"}  # this checkout's src/, as pytest's
     for pid in server_pids(tmp):
         os.kill(pid, signal.SIGKILL)
 
