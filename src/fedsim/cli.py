@@ -18,7 +18,9 @@
     python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
     python -m fedsim tuning-figure --tuned tuned_mu.csv --out tuning.pdf RUN_JSON...
 
-Errors in the input end the command with one line naming the bad value (exit code 2).
+Errors in the input end the command with one line naming the bad value (exit code 2). SIGTERM,
+SIGINT (Ctrl-C) and SIGUSR1 end it with one line and exit code 128 + the signal's number; `train`
+first finishes the round in progress and saves its checkpoint there (fedsim.stopping).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from .download import SOURCES
 from .methods import ENTRIES
 from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import TAIL_FRACTION, Check, RunConfig
+from .stopping import StopSignals, Stopped, exit_status
 from .synthetic import DEFAULTS as SYNTHETIC
 
 
@@ -216,7 +219,11 @@ def _train(args) -> None:
                   if args.checkpoint else None)
     progress = _progress(config, args.progress_seconds)
     try:
-        metrics, record = run(config, on_round=progress, checkpoint=checkpoint)
+        with StopSignals(graceful=True) as stop:
+            metrics, record = run(config, on_round=progress, checkpoint=checkpoint, stop=stop)
+    except Stopped as stopped:
+        stopped.kept = _kept(checkpoint, stopped)
+        raise
     finally:
         progress.close()
     write_run(metrics, record, args.metrics, args.info)
@@ -226,6 +233,18 @@ def _train(args) -> None:
     status = f"diverged at round {result['diverged_round']}" if result["diverged_round"] is not None else "done"
     print(f"{variant_of(record['config'])} {describe_setting(record['config'])} on {record['dataset']['name']}: {status}, "
           f"final train loss {result['final_train_loss']:.4f}, {result['wall_seconds']:.1f} s")
+
+
+def _kept(checkpoint, stopped) -> str:
+    """What a stopped run leaves for its rerun, for the CLI's last line."""
+    if checkpoint is None:
+        return "nothing was kept (no --checkpoint file): a rerun starts over"
+    if checkpoint.saved_round is None:
+        return f"nothing was kept (no round to save in {checkpoint.path} yet): a rerun starts over"
+    if checkpoint.saved_round == stopped.round:
+        return f"checkpoint written to {checkpoint.path}; rerun the same command to resume"
+    return (f"the checkpoint of round {checkpoint.saved_round} in {checkpoint.path} is kept; rerun the same "
+            "command to resume from it")
 
 
 def _progress(config, every: float):
@@ -476,8 +495,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        with StopSignals():  # `train` stops at a round boundary instead (_train)
+            args.func(args)
     except (ValueError, FileNotFoundError, OSError, EOFError) as err:  # EOFError: a truncated archive
         print(f"fedsim {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except Stopped as stopped:
+        print(f"fedsim {args.command}: {stopped.line()}", file=sys.stderr)
+        return exit_status(stopped.signum)
     return 0
