@@ -31,7 +31,7 @@ import math
 import sys
 
 from . import settings
-from .atomic import write_csv
+from .atomic import write_csv, write_text
 from .download import SOURCES
 from .methods import ENTRIES
 from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
@@ -307,14 +307,12 @@ def _tuning_figure(args) -> None:
 
 def _cost(args) -> None:
     import json
-    from pathlib import Path
 
     from .calibration import calibrate
 
     constants = calibrate(steps=args.steps)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(constants, indent=1) + "\n")
+        write_text(args.out, json.dumps(constants, indent=1) + "\n")  # whole or not at all, as every output
         print(f"wrote {args.out}: the workflow's cost estimate reads it from <results_dir>/benchmarks/")
 
 
