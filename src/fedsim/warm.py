@@ -114,7 +114,7 @@ def launch(argv: list[str]) -> int:
     try:
         with signals:
             return _launch(argv, signals)
-    except Stopped as stopped:  # before the job started: nothing ran
+    except Stopped as stopped:  # before the job started here or in the server's child
         print(f"fedsim {' '.join(argv[:1])}: {stopped.line()}", file=sys.stderr)
         return exit_status(stopped.signum)
 
@@ -336,25 +336,30 @@ def _child(conn: socket.socket, start_dir: str, compiles: _Compiles) -> None:
         os.environ.update(request["env"])
         # `python -m` puts the start folder first on sys.path: the job's, as in a cold start
         sys.path[:] = [request["cwd"] if entry == start_dir else entry for entry in sys.path]
-        # The signals reach the job from its launcher, which sends on what it gets (not what it ignores):
-        # none is ignored here, whatever the server inherited. Until the command installs its own
-        # (fedsim.cli), one ends the job at once, with one line.
+        # The signals reach the job from its launcher, which sends on what it gets (not what it ignores),
+        # whatever the server inherited. Until the command installs its own (fedsim.cli), one ends the
+        # job at once, with one line (_run_job); once it has ended, its exit code goes back regardless.
         for signum in STOP_SIGNALS:
-            signal.signal(signum, signal.SIG_DFL)
-        with StopSignals():
-            threading.Thread(target=_die_with_launcher, args=(conn,), daemon=True).start()
-            conn.sendall(b"S" + HEADER.pack(os.getpid()))
-            code = _run_job(request["argv"], compiles)
+            signal.signal(signum, _stop_at_once)
+        threading.Thread(target=_die_with_launcher, args=(conn,), daemon=True).start()
+        conn.sendall(b"S" + HEADER.pack(os.getpid()))
+        code = _run_job(request["argv"], compiles)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
         conn.sendall(HEADER.pack(code))
     finally:
         os._exit(code)
 
 
-def _run_job(argv: list[str], compiles: _Compiles) -> int:
-    from .cli import main
+def _stop_at_once(signum: int, frame) -> None:
+    raise Stopped(signum)
 
+
+def _run_job(argv: list[str], compiles: _Compiles) -> int:
     sys.argv = ["fedsim", *argv]
     try:
+        from .cli import main
+
         if argv[:1] and argv[0] in COMPILED_COMMANDS:
             compiles.wait()
         code = main(argv)
