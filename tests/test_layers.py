@@ -24,8 +24,10 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS = [
     # helpers that import nothing of fedsim above them; steps: E x ceil(n/B), shared by engine and cost;
     # simd: the vector operations of the compiled loops (the kernel's, and data's checksums); average:
-    # the server's weighted average, compiled (the registry's weighted_average calls it)
-    ("base", ["fedsim", "fedsim.atomic", "fedsim.records", "fedsim.steps", "fedsim.simd", "fedsim.average"]),
+    # the server's weighted average, compiled (the registry's weighted_average calls it); stopping: a
+    # signal's stop, which the warm launcher reads before any heavy import
+    ("base", ["fedsim", "fedsim.atomic", "fedsim.records", "fedsim.steps", "fedsim.simd", "fedsim.average",
+              "fedsim.stopping"]),
     ("registry", ["fedsim.methods"]),
     ("method modules", ["fedsim.methods.*"]),
     ("settings", ["fedsim.settings"]),
@@ -43,10 +45,11 @@ LAYERS = [
     ("commands", ["fedsim.cli", "fedsim.warm", "fedsim.__main__"]),
 ]
 
-# Read at every snakemake call (workflow/rules/common.smk, the Snakefile) and by the CLI's parser:
-# no `import torch` in them at any depth, and nothing they import (at any depth) loads torch.
+# Read at every snakemake call (workflow/rules/common.smk, the Snakefile), by the CLI's parser and by
+# the warm launcher before its job runs (stopping): no `import torch` in them at any depth, and
+# nothing they import (at any depth) loads torch.
 TORCH_FREE = ["fedsim.settings", "fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost",
-              "fedsim.progress", "fedsim.rescheduling"]
+              "fedsim.progress", "fedsim.rescheduling", "fedsim.stopping"]
 
 
 def modules(src: Path) -> dict[str, Path]:

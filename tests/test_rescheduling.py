@@ -9,6 +9,8 @@ import pytest
 
 from fedsim import rescheduling
 
+from helpers.workflow import env
+
 
 @pytest.fixture
 def patched(monkeypatch):
@@ -82,6 +84,6 @@ def test_the_job_rate_limit_still_holds(tmp_path):
     """12 jobs at 3 per second start in four batches at least a second apart."""
     (tmp_path / "Snakefile").write_text(SNAKEFILE)
     subprocess.run([sys.executable, "-m", "snakemake", "--cores", "4", "--max-jobs-per-timespan", "3/1s", "-q"],
-                   cwd=tmp_path, check=True, capture_output=True, timeout=120)
+                   cwd=tmp_path, env=env(), check=True, capture_output=True, timeout=120)
     written = sorted(path.stat().st_mtime for path in (tmp_path / "out").iterdir())
     assert len(written) == 12 and written[-1] - written[0] >= 2.5

@@ -2,6 +2,7 @@
 follows code edits and stops by itself."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 
 from fedsim import warm
 
+from helpers.workflow import env as checkout_env
 from tiny import tiny_dataset
 
 TRAIN = ["train", "--method", "feddane", "--mu", "0.1", "--clients-per-round", "3", "--epochs", "2",
@@ -23,7 +25,7 @@ TRAIN = ["train", "--method", "feddane", "--mu", "0.1", "--clients-per-round", "
 def env(tmp_path_factory):
     """A private temp folder (so a private server) that goes idle quickly."""
     tmp = tmp_path_factory.mktemp("w")
-    yield {**os.environ, "TMPDIR": str(tmp), "FEDSIM_WARM_IDLE": "3"}
+    yield {**checkout_env(), "TMPDIR": str(tmp), "FEDSIM_WARM_IDLE": "3"}  # this checkout's src/, as pytest's
     for pid in server_pids(tmp):
         os.kill(pid, signal.SIGKILL)
 
@@ -96,6 +98,30 @@ def test_a_killed_launcher_takes_its_job_along(data, env, tmp_path):
         assert time.monotonic() < deadline, "the job outlived its launcher"
         time.sleep(0.1)
     assert not (tmp_path / "m.csv").exists()
+
+
+def test_ctrl_c_reaches_the_job_which_stops_as_a_cold_one_does(data, env, tmp_path):
+    """Ctrl-C in a terminal signals the launcher's process group, not the job (the server's child): the
+    launcher sends it on; the job saves its checkpoint at a round boundary and ends with one line,
+    the launcher with the job's exit code and no traceback of its own; the rerun resumes exactly."""
+    rounds = 300
+    args = [*TRAIN, "--data", data, "--rounds", str(rounds), "--checkpoint", "ckpt.pt", "--metrics", "m.csv",
+            "--info", "r.json"]
+    launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *args], env=env, cwd=tmp_path,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert "starting" in launcher.stdout.readline()  # the job has evaluated round 0
+    os.killpg(launcher.pid, signal.SIGINT)
+    _, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 128 + signal.SIGINT, err
+    assert re.fullmatch(rf"fedsim train: stopped at round \d+ of {rounds} by SIGINT; checkpoint written to ckpt.pt; "
+                        "rerun the same command to resume\n", err), err
+    assert (tmp_path / "ckpt.pt").exists() and not (tmp_path / "m.csv").exists()
+
+    rerun = fedsim("fedsim.warm", args, env, tmp_path)
+    assert rerun.returncode == 0 and "resumed from its checkpoint" in rerun.stdout, rerun.stderr
+    cold = fedsim("fedsim", [*args[:-6], "--metrics", "cold.csv", "--info", "cold.json"], env, tmp_path)
+    assert cold.returncode == 0, cold.stderr
+    assert (tmp_path / "m.csv").read_bytes() == (tmp_path / "cold.csv").read_bytes()
 
 
 def test_the_server_stops_when_idle(data, env, tmp_path):

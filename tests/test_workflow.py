@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pandas as pd
 import pytest
@@ -590,6 +593,43 @@ def test_a_workflow_runs_its_own_checkouts_code(tmp_path):
     code, out = snakemake(workdir, "--cores", "2")
     assert code == 0, out
     assert {r["method"] for r in read_csv(workdir / "results" / "summary" / "runs.csv")} == {"fedavg", "local_only"}
+
+
+def test_ctrl_c_leaves_one_line_in_the_job_log_and_the_rerun_resumes(tmp_path):
+    """Ctrl-C signals Snakemake's process group, the warm launchers of its jobs among them: a running
+    training job stops at a round boundary with its checkpoint, its log holds the one line (the
+    default profile's show-failed-logs prints it) and no traceback; the rerun continues from there."""
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    shutil.copytree(REPO / "profiles", workdir / "profiles")  # the default profile, as from the repository's root
+    cfg = default_config()
+    cfg["synthetic"]["devices"] = 8
+    cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=1000)}
+    cfg["seeds"] = [0]
+    cfg["experiments"] = {"figure1": {"figure": "figure1", "datasets": ["synthetic_iid"], "methods": ["feddane"],
+                                      "mu": [1], "clients_per_round": 3, "epochs": 1}}
+    write_config(workdir, cfg)
+    log = workdir / "results" / "logs" / "train" / "synthetic_iid" / "feddane" / "mu1_K3_E1_seed0.log"
+    with open(tmp_path / "snakemake.txt", "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=workdir, env=env(),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.monotonic() + 600
+        while not (log.exists() and "starting" in log.read_text()):  # round 0 evaluated
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "snakemake.txt").read_text()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        proc.wait(timeout=300)
+    out = (tmp_path / "snakemake.txt").read_text()
+    lines = log.read_text().splitlines()
+    assert proc.returncode != 0 and "Traceback" not in out and "KeyboardInterrupt" not in out, out
+    stopped = re.fullmatch(r"fedsim train: stopped at round (\d+) of 1000 by SIGINT; checkpoint written to "
+                           r"results/checkpoints/synthetic_iid/feddane/mu1_K3_E1_seed0\.pt; rerun the same command "
+                           "to resume", lines[-1])
+    assert stopped and len(lines) == 2, lines  # the progress' start line, then the one line
+    assert lines[-1] in out  # shown on the terminal
+
+    code, out = snakemake(workdir, "--cores", "1")
+    assert code == 0, out
+    assert f"resumed from its checkpoint at round {stopped[1]}" in log.read_text()
 
 
 def test_a_results_dir_that_cannot_be_written_is_one_line(tmp_path):

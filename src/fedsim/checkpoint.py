@@ -37,6 +37,8 @@ class Checkpoint:
     every: int = CHECKPOINT_EVERY
     seconds: float = CHECKPOINT_SECONDS  # at least this long since the last save (or since this was made)
     _last: float = dataclasses.field(default_factory=lambda: time.monotonic(), init=False, repr=False, compare=False)
+    # the round of the state in the file, as this process last wrote or read it (None: none yet)
+    saved_round: int | None = dataclasses.field(default=None, init=False, compare=False)
 
     def due(self, round_: int, start: int) -> bool:
         """Whether to save before round `round_` of a run that started (or resumed) at `start`."""
@@ -48,7 +50,7 @@ class Checkpoint:
                  "params": params.cpu(), "rows": rows, "state": {k: v.cpu() for k, v in state.items()}}
         with atomic_path(self.path) as tmp:
             torch.save(saved, tmp)
-        self._last = time.monotonic()
+        self._last, self.saved_round = time.monotonic(), round_
 
     def load(self, config: RunConfig, params: torch.Tensor, state: dict[str, torch.Tensor]):
         """(round, params, rows, state) saved for these settings, or None to start from round 0;
@@ -68,6 +70,7 @@ class Checkpoint:
         except Exception as err:  # a torn or foreign file must never stop or bend the run
             warnings.warn(f"ignoring checkpoint {self.path}: {err}; starting from round 0", stacklevel=2)
             return None
+        self.saved_round = round_
         return round_, values.to(params), rows, extra
 
     def remove(self) -> None:

@@ -18,7 +18,9 @@
     python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
     python -m fedsim tuning-figure --tuned tuned_mu.csv --out tuning.pdf RUN_JSON...
 
-Errors in the input end the command with one line naming the bad value (exit code 2).
+Errors in the input end the command with one line naming the bad value (exit code 2). SIGTERM,
+SIGINT (Ctrl-C) and SIGUSR1 end it with one line and exit code 128 + the signal's number; `train`
+first finishes the round in progress and saves its checkpoint there (fedsim.stopping).
 """
 
 from __future__ import annotations
@@ -29,11 +31,12 @@ import math
 import sys
 
 from . import settings
-from .atomic import write_csv
+from .atomic import write_csv, write_text
 from .download import SOURCES
 from .methods import ENTRIES
 from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import TAIL_FRACTION, Check, RunConfig
+from .stopping import StopSignals, Stopped, exit_status
 from .synthetic import DEFAULTS as SYNTHETIC
 
 
@@ -229,7 +232,11 @@ def _train(args) -> None:
                   if args.checkpoint else None)
     progress = _progress(config, args.progress_seconds)
     try:
-        metrics, record = run(config, on_round=progress, checkpoint=checkpoint)
+        with StopSignals(graceful=True) as stop:
+            metrics, record = run(config, on_round=progress, checkpoint=checkpoint, stop=stop)
+    except Stopped as stopped:
+        stopped.kept = _kept(checkpoint, stopped)
+        raise
     finally:
         progress.close()
     write_run(metrics, record, args.metrics, args.info)
@@ -239,6 +246,18 @@ def _train(args) -> None:
     status = f"diverged at round {result['diverged_round']}" if result["diverged_round"] is not None else "done"
     print(f"{variant_of(record['config'])} {describe_setting(record['config'])} on {record['dataset']['name']}: {status}, "
           f"final train loss {result['final_train_loss']:.4f}, {result['wall_seconds']:.1f} s")
+
+
+def _kept(checkpoint, stopped) -> str:
+    """What a stopped run leaves for its rerun, for the CLI's last line."""
+    if checkpoint is None:
+        return "nothing was kept (no --checkpoint file): a rerun starts over"
+    if checkpoint.saved_round is None:
+        return f"nothing was kept (no round to save in {checkpoint.path} yet): a rerun starts over"
+    if checkpoint.saved_round == stopped.round:
+        return f"checkpoint written to {checkpoint.path}; rerun the same command to resume"
+    return (f"the checkpoint of round {checkpoint.saved_round} in {checkpoint.path} is kept; rerun the same "
+            "command to resume from it")
 
 
 def _progress(config, every: float):
@@ -301,14 +320,12 @@ def _tuning_figure(args) -> None:
 
 def _cost(args) -> None:
     import json
-    from pathlib import Path
 
     from .calibration import calibrate
 
     constants = calibrate(steps=args.steps)
     if args.out:
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(constants, indent=1) + "\n")
+        write_text(args.out, json.dumps(constants, indent=1) + "\n")  # whole or not at all, as every output
         print(f"wrote {args.out}: the workflow's cost estimate reads it from <results_dir>/benchmarks/")
 
 
@@ -489,8 +506,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
+        with StopSignals():  # `train` stops at a round boundary instead (_train)
+            args.func(args)
     except (ValueError, FileNotFoundError, OSError, EOFError) as err:  # EOFError: a truncated archive
         print(f"fedsim {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except Stopped as stopped:
+        print(f"fedsim {args.command}: {stopped.line()}", file=sys.stderr)
+        return exit_status(stopped.signum)
     return 0

@@ -63,6 +63,7 @@ from .metrics import COLUMNS, evaluate
 from . import models
 from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
 from .settings import RunConfig, check_clients_per_round, check_participation, init_file
+from .stopping import StopSignals, Stopped
 from .theory import THEORY_COLUMNS, LocalHessians, measure_theory
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
@@ -304,12 +305,15 @@ class RunData:
                 "eval_devices": len(self.eval_ids) if sampled else self.dataset.num_devices}
 
 
-def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) -> tuple[pd.DataFrame, dict]:
+def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
+        stop: StopSignals | None = None) -> tuple[pd.DataFrame, dict]:
     """Train; return the per-round metrics and the run's record (config, result, provenance).
 
     `on_round(row)`, if given, is called with each round's metrics as they are computed
     (progress, timing). With a `checkpoint`, the run continues from the saved round when
-    there is one, and saves its state as `checkpoint.due` says.
+    there is one, and saves its state as `checkpoint.due` says. With a (graceful) `stop`, a signal
+    it caught ends the run at the next round boundary: the state saved there, where there is a
+    checkpoint, then Stopped raised (fedsim.stopping).
     """
     config.validate()
     check_machine(config)
@@ -323,7 +327,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None) 
         data = RunData(config, dataset)
         clock = {"local_sgd": 0.0, "evaluation": 0.0}
         try:
-            rows, diverged_round, resumed = _train(config, data, on_round, checkpoint, clock)
+            rows, diverged_round, resumed = _train(config, data, on_round, checkpoint, stop, clock)
         finally:
             data.close()  # before the file closes
         dataset_record = {"name": dataset.name, "kind": dataset.kind, "devices": dataset.num_devices,
@@ -365,7 +369,7 @@ def _init_record(config: RunConfig) -> dict:
     return {"source": "file", "file": str(path), "sha256": authors.file_sha256(path)}
 
 
-def _train(config: RunConfig, data: RunData, on_round, checkpoint,
+def _train(config: RunConfig, data: RunData, on_round, checkpoint, stop,
            clock: dict) -> tuple[list[dict], int | None, int | None]:
     """The rounds: metrics rows from the initial model on, the round it diverged (or None), and
     the round it resumed from (or None). Adds the seconds spent in local SGD and in evaluation to
@@ -434,9 +438,12 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint,
         return drawn[t]
 
     for t in range(start, config.rounds + 1):
-        if checkpoint is not None and checkpoint.due(t, start):
+        stopping = stop is not None and stop.signal is not None  # a signal came: stop here, at a round boundary
+        if checkpoint is not None and (checkpoint.due(t, start) or stopping and t > start):
             state["counts"] = torch.tensor(list(counts.values()), dtype=torch.int64)
             checkpoint.save(config, t, params, rows, state)
+        if stopping:
+            raise Stopped(stop.signal, t, config.rounds)
         started = time.perf_counter()
         rows.append({"round": t, "communication_rounds": t * method.exchanges,
                      **counts,

@@ -17,6 +17,10 @@ Safety nets:
   process listening is this user's before it sends anything;
 - the job dies with its launcher: the child watches the socket and exits when the launcher is
   killed (a cancelled Snakemake job, a walltime), so no orphan keeps writing;
+- the job gets its launcher's signals: SIGTERM, SIGINT (Ctrl-C) and SIGUSR1 sent to the launcher
+  go on to the job, which stops as a cold one would (fedsim.stopping: a run saves its checkpoint
+  at a round boundary, one line, exit code 128 + the signal's number), and the launcher returns its
+  exit code, with no traceback of its own;
 - the server exits after IDLE_SECONDS without jobs (FEDSIM_WARM_IDLE overrides) and never
   touches CUDA, so forking is safe;
 - FEDSIM_WARM=0 in the environment makes it run cold (the workflow's `simulator: warm_start`);
@@ -46,6 +50,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+
+from .stopping import STOP_SIGNALS, StopSignals, Stopped, exit_status
 
 IDLE_SECONDS = 60.0
 START_TIMEOUT = 120.0     # seconds to wait for a new server's imports (a cold page cache is slow)
@@ -104,19 +110,47 @@ def socket_path(key: str) -> Path:
 
 def launch(argv: list[str]) -> int:
     """Run `fedsim ARGV` through a warm server; cold in this process if that cannot start."""
+    signals = _ForwardSignals()
+    try:
+        with signals:
+            return _launch(argv, signals)
+    except Stopped as stopped:  # before the job started here or in the server's child
+        print(f"fedsim {' '.join(argv[:1])}: {stopped.line()}", file=sys.stderr)
+        return exit_status(stopped.signum)
+
+
+class _ForwardSignals(StopSignals):
+    """The launcher's STOP_SIGNALS: sent on to the job once it runs in the server's child (`pid`), which
+    stops as a cold `fedsim` would (fedsim.stopping) and reports its exit code; before that, they stop
+    the launcher at once (Stopped)."""
+
+    pid = None
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.pid is None:
+            raise Stopped(signum)
+        try:
+            os.kill(self.pid, signum)
+        except ProcessLookupError:  # the job has just ended: its exit code is on its way
+            pass
+
+
+def _launch(argv: list[str], signals: _ForwardSignals) -> int:
     cold = os.environ.get("FEDSIM_WARM") == "0" or any(name in os.environ for name in BATCH_JOB_ENV)
     if cold or not sys.platform.startswith("linux"):  # forking after `import torch`: tested on Linux only
         return _run_cold(argv)
     try:
         conn = _connect(socket_path(server_key()))
         _send_request(conn, argv)
-        started = conn.recv(1) == b"S"
+        reply = _recv_exact(conn, 1 + HEADER.size)  # b"S" and the job's process id
+        started = reply[:1] == b"S"
     except OSError:
         started = False
     if not started:
         return _run_cold(argv)
-    # From here on the job runs in the server's child: wait for its exit code. If this process is
-    # killed, the socket closes and the child stops too.
+    # From here on the job runs in the server's child: wait for its exit code, sending it the signals
+    # this process gets. If this process is killed, the socket closes and the child stops too.
+    signals.pid = HEADER.unpack(reply[1:])[0]
     reply = _recv_exact(conn, HEADER.size)
     if not reply:
         print("fedsim.warm: the job's process ended without an exit code (killed by a signal?)", file=sys.stderr)
@@ -302,23 +336,36 @@ def _child(conn: socket.socket, start_dir: str, compiles: _Compiles) -> None:
         os.environ.update(request["env"])
         # `python -m` puts the start folder first on sys.path: the job's, as in a cold start
         sys.path[:] = [request["cwd"] if entry == start_dir else entry for entry in sys.path]
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        conn.sendall(b"S")
+        # The signals reach the job from its launcher, which sends on what it gets (not what it ignores),
+        # whatever the server inherited. Until the command installs its own (fedsim.cli), one ends the
+        # job at once, with one line (_run_job); once it has ended, its exit code goes back regardless.
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _stop_at_once)
         threading.Thread(target=_die_with_launcher, args=(conn,), daemon=True).start()
-        if request["argv"][:1] and request["argv"][0] in COMPILED_COMMANDS:
-            compiles.wait()
-        code = _run_job(request["argv"])
+        conn.sendall(b"S" + HEADER.pack(os.getpid()))
+        code = _run_job(request["argv"], compiles)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
         conn.sendall(HEADER.pack(code))
     finally:
         os._exit(code)
 
 
-def _run_job(argv: list[str]) -> int:
-    from .cli import main
+def _stop_at_once(signum: int, frame) -> None:
+    raise Stopped(signum)
 
+
+def _run_job(argv: list[str], compiles: _Compiles) -> int:
     sys.argv = ["fedsim", *argv]
     try:
+        from .cli import main
+
+        if argv[:1] and argv[0] in COMPILED_COMMANDS:
+            compiles.wait()
         code = main(argv)
+    except Stopped as stopped:  # before the command's own signal handling began
+        print(f"fedsim {' '.join(argv[:1])}: {stopped.line()}", file=sys.stderr)
+        code = exit_status(stopped.signum)
     except SystemExit as stop:  # argparse errors, --help
         if isinstance(stop.code, str):
             print(stop.code, file=sys.stderr)

@@ -1,0 +1,85 @@
+"""Stopping a command cleanly on a signal: one line and an exit status of its own, never a traceback.
+
+A batch system ends a job at its walltime with SIGTERM (then SIGKILL after a grace time: SLURM's
+KillWait), some sites warn with SIGUSR1 some minutes before, and a user presses Ctrl-C (SIGINT).
+While StopSignals is entered, each of them raises Stopped, which the command turns into one line
+and the exit status 128 + the signal's number (the shells' convention: 130 for Ctrl-C, 143 for
+SIGTERM, 138 for SIGUSR1), apart from 0, 1 and the input errors' 2. A training run asks for
+`graceful` handling: the first signal only asks the round loop to stop at its next round boundary,
+where it saves a checkpoint (fedsim.train); a second one stops it at once, the round in progress
+dropped.
+
+No torch and nothing of fedsim: the warm launcher (fedsim.warm) forwards these signals to its job
+before it has imported anything heavy.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+
+# a batch system's walltime or scancel, Ctrl-C, a site's warning before the walltime
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+
+
+def signal_name(signum: int) -> str:
+    return signal.Signals(signum).name
+
+
+def exit_status(signum: int) -> int:
+    """The exit status of a command a signal stopped: 128 + its number, as a shell reports a process
+    the signal killed."""
+    return 128 + signum
+
+
+class Stopped(BaseException):
+    """A signal stopped the command. A BaseException, as KeyboardInterrupt: no `except Exception`
+    on the way (a checkpoint's load, say) may swallow it.
+
+    `round`: the round boundary a run stopped at, of `rounds`; None where it stopped at once (a
+    command that is not a run; a run's second signal: the round in progress dropped, `dropped`).
+    `kept`: what the command kept, for its line (a run's checkpoint), where it says."""
+
+    def __init__(self, signum: int, round_: int | None = None, rounds: int | None = None, dropped: bool = False):
+        super().__init__(signal_name(signum))
+        self.signum, self.round, self.rounds, self.dropped = signum, round_, rounds, dropped
+        self.kept = None
+
+    def line(self) -> str:
+        name = signal_name(self.signum)
+        if self.round is not None:
+            said = f"stopped at round {self.round} of {self.rounds} by {name}"
+        elif self.dropped:
+            said = f"stopped by a second signal ({name}), the round in progress dropped"
+        else:
+            said = f"stopped by {name}"
+        return said if self.kept is None else f"{said}; {self.kept}"
+
+
+class StopSignals:
+    """While entered, STOP_SIGNALS stop the command: the first raises Stopped at once, or, `graceful`,
+    is only kept in `signal` for the round loop to read at its next boundary; then a second raises
+    Stopped at once. The handlers before are restored on exit. A signal the process was started
+    ignoring stays ignored; outside the main thread, where Python installs no handlers, it changes
+    nothing."""
+
+    def __init__(self, graceful: bool = False):
+        self.graceful, self.signal, self._before = graceful, None, {}
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in STOP_SIGNALS:
+                if signal.getsignal(signum) is not signal.SIG_IGN:  # a shell's background job ignores Ctrl-C: kept so
+                    self._before[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for signum, handler in self._before.items():
+            signal.signal(signum, handler)
+        self._before.clear()
+
+    def _handle(self, signum: int, frame) -> None:
+        if self.graceful and self.signal is None:
+            self.signal = signum
+            return
+        raise Stopped(signum, dropped=self.graceful)

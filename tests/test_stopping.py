@@ -1,0 +1,164 @@
+"""A signal stops `fedsim train` cleanly: at a round boundary, its checkpoint written there, one
+line on stderr, exit status 128 + the signal's number, no traceback and no metrics; the rerun
+resumes and ends byte-identical to a run never stopped (fedsim.stopping)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from fedsim import cli
+from fedsim.checkpoint import Checkpoint
+from fedsim.stopping import StopSignals, Stopped
+from fedsim.train import RunConfig, run, write_run
+
+from helpers.workflow import env
+from tiny import tiny_dataset
+
+ROUNDS = 300  # ~1 s of rounds: the signal, sent after round 0, lands mid-run
+SETTINGS = dict(method="feddane", mu=0.1, clients_per_round=4, epochs=3, batch_size=5, lr=0.05)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return tiny_dataset(tmp_path_factory.mktemp("stopping") / "tiny.h5", devices=12)
+
+
+@pytest.fixture(scope="module")
+def reference(data, tmp_path_factory):
+    """metrics.csv of the run never stopped."""
+    return metrics_bytes(config(data), tmp_path_factory.mktemp("reference"))
+
+
+def config(data, **kw):
+    return RunConfig(**{**SETTINGS, "data": data, "rounds": ROUNDS, **kw})
+
+
+def metrics_bytes(cfg, folder, checkpoint=None):
+    metrics, record = run(cfg, checkpoint=checkpoint)
+    write_run(metrics, record, folder / "metrics.csv", folder / "run.json")
+    return (folder / "metrics.csv").read_bytes()
+
+
+def train_argv(data, folder, checkpoint=True):
+    argv = ["train", "--data", data, "--rounds", str(ROUNDS), "--metrics", str(folder / "metrics.csv"),
+            "--info", str(folder / "run.json")]
+    for name, value in SETTINGS.items():
+        argv += [f"--{name.replace('_', '-')}", str(value)]
+    return argv + (["--checkpoint", str(folder / "ckpt.pt")] if checkpoint else [])
+
+
+def stop_line(folder, name):
+    """The line of a run stopped at a round boundary, with its checkpoint written there."""
+    return re.compile(rf"fedsim train: stopped at round (\d+) of {ROUNDS} by {name}; checkpoint written to "
+                      rf"{re.escape(str(folder / 'ckpt.pt'))}; rerun the same command to resume")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_train_at_a_round_boundary_and_the_rerun_resumes_exactly(data, reference, tmp_path, signum,
+                                                                              capsys):
+    """As `timeout -s TERM` (a walltime, scancel) or Ctrl-C does, once the run has started its rounds."""
+    command = [sys.executable, "-m", "fedsim", *train_argv(data, tmp_path)]
+    proc = subprocess.Popen(command, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = proc.stdout.readline()  # the progress' start line: round 0 is evaluated
+    assert "starting" in first and proc.poll() is None, first
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+
+    assert proc.returncode == 128 + signum, err
+    assert "Traceback" not in err and len(err.splitlines()) == 1, err
+    stopped = stop_line(tmp_path, signal.Signals(signum).name).fullmatch(err.strip())
+    assert stopped, err
+    round_ = int(stopped[1])
+    assert 0 < round_ < ROUNDS, "the run finished before the signal: make ROUNDS larger"
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert saved["round"] == round_ and len(saved["rows"]) == round_
+    assert not (tmp_path / "metrics.csv").exists() and not (tmp_path / "run.json").exists()
+
+    assert cli.main(train_argv(data, tmp_path)) == 0  # the same command, rerun (in this process: seconds less)
+    assert f"resumed from its checkpoint at round {round_}" in capsys.readouterr().out
+    assert (tmp_path / "metrics.csv").read_bytes() == reference
+    assert not (tmp_path / "ckpt.pt").exists()
+
+
+def signal_at(round_, *signals):
+    """An on_round callback that sends this process `signals` once round `round_` is evaluated."""
+    def on_round(row):
+        if row["round"] == round_:
+            for signum in signals:
+                os.kill(os.getpid(), signum)
+    return on_round
+
+
+def test_sigusr1_stops_at_the_next_boundary_with_a_checkpoint_there(data, reference, tmp_path):
+    """A site's warning before the walltime: the round in progress finishes, its state is saved even
+    where no periodic checkpoint was due."""
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1000, seconds=0)
+    with StopSignals(graceful=True) as stop, pytest.raises(Stopped) as stopped:
+        run(config(data), on_round=signal_at(5, signal.SIGUSR1), checkpoint=checkpoint, stop=stop)
+    assert (stopped.value.round, stopped.value.rounds, stopped.value.signum) == (6, ROUNDS, signal.SIGUSR1)
+    assert torch.load(checkpoint.path, weights_only=True)["round"] == checkpoint.saved_round == 6
+    resumed = Checkpoint(tmp_path / "ckpt.pt")
+    assert metrics_bytes(config(data), tmp_path, resumed) == reference and resumed.saved_round == 6
+
+
+def test_a_second_signal_drops_the_round_and_keeps_the_last_checkpoint(data, reference, tmp_path):
+    """Where a round takes longer than the grace time, a second signal (a second Ctrl-C, SIGTERM after
+    SIGUSR1) stops at once: the checkpoint saved before stands, whole, and resumes exactly."""
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=2, seconds=0)
+    with StopSignals(graceful=True) as stop, pytest.raises(Stopped) as stopped:
+        run(config(data), on_round=signal_at(5, signal.SIGINT, signal.SIGINT), checkpoint=checkpoint, stop=stop)
+    assert stopped.value.dropped and stopped.value.round is None
+    assert torch.load(checkpoint.path, weights_only=True)["round"] == checkpoint.saved_round == 4
+    assert metrics_bytes(config(data), tmp_path, Checkpoint(tmp_path / "ckpt.pt")) == reference
+
+
+def test_the_line_says_what_was_kept(data, tmp_path, monkeypatch, capsys):
+    """In the CLI's words: nothing without --checkpoint; the older checkpoint after a second signal."""
+    monkeypatch.setattr(cli, "_progress", lambda config, every: ProgressStub(signal_at(3, signal.SIGTERM)))
+    assert cli.main(train_argv(data, tmp_path, checkpoint=False)) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == (f"fedsim train: stopped at round 4 of {ROUNDS} by SIGTERM; nothing was kept "
+                                       "(no --checkpoint file): a rerun starts over\n")
+    assert not (tmp_path / "metrics.csv").exists()
+
+    argv = train_argv(data, tmp_path) + ["--checkpoint-every", "2", "--checkpoint-seconds", "0"]
+    monkeypatch.setattr(cli, "_progress", lambda config, every: ProgressStub(signal_at(3, *[signal.SIGTERM] * 2)))
+    assert cli.main(argv) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err == ("fedsim train: stopped by a second signal (SIGTERM), the round in progress "
+                                       f"dropped; the checkpoint of round 2 in {tmp_path / 'ckpt.pt'} is kept; rerun "
+                                       "the same command to resume from it\n")
+
+
+class ProgressStub:
+    def __init__(self, on_round):
+        self.on_round = on_round
+
+    def __call__(self, row):
+        self.on_round(row)
+
+    def close(self):
+        pass
+
+
+def test_other_commands_stop_with_one_line(tmp_path, monkeypatch, capsys):
+    import fedsim.summary
+
+    monkeypatch.setattr(fedsim.summary, "summarise", lambda *args: os.kill(os.getpid(), signal.SIGINT))
+    assert cli.main(["summarise", "--out", str(tmp_path / "runs.csv"), "run.json"]) == 128 + signal.SIGINT
+    assert capsys.readouterr().err == "fedsim summarise: stopped by SIGINT\n"
+
+
+def test_a_signal_the_process_ignores_stays_ignored():
+    """A shell starts its background jobs with Ctrl-C ignored: the terminal's Ctrl-C is not for them."""
+    before = signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    try:
+        with StopSignals(graceful=True) as stop:
+            os.kill(os.getpid(), signal.SIGUSR1)
+            assert stop.signal is None
+        assert signal.getsignal(signal.SIGUSR1) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGUSR1, before)
