@@ -8,7 +8,19 @@ Data are random ids in each dataset's format (Shakespeare: 80 chars over 80 symb
 with ragged sizes drawn uniformly in [N/2, 3N/2] (default N: the paper's mean samples per
 device, 3616 and 53). The paper's setting (K=10, E=20) takes hours per Shakespeare round on
 a CPU: use --epochs / --samples to shrink it; the ratio is what to read.
-Prints s/round for each engine (best of --repeats) and loop / batched.
+Prints s/round for each engine (best of --repeats) and loop / batched, and the round's flops and
+their share of the FMA peak on the CPU (benchmarks/peak.py's probe, one core, float32, times the
+threads), as round_time.py does for MCLR.
+
+Flops are counted from the shapes, per real sample: a layer l of T steps with input width d_l and
+hidden H computes gates of width G = 4H from [x, h] in 2 T (d_l + H) G flops forward (the input
+part for all steps at once, the recurrent part step by step), the head 2 H C (Shakespeare's
+output layer) or 2 (30 H + 30) (Sent140's dense and output layers). A training step is three
+forward passes' worth (forward, gradients with respect to the inputs, with respect to the
+weights), less the first layer's input gradient where the input is frozen (Sent140's GloVe rows;
+Shakespeare's character embedding is trained, so its gradient is needed). The gates'
+nonlinearities and the cell's elementwise products (~14 H T flops a layer) are left out: a few
+per cent of the matmuls at H = 100, under 1 % at H = 256.
 
 --estimate: also the cost model's figure for the same round (fedsim.cost: these device sizes, all
 K devices training, seconds per step and row from --calibration FILE, else a calibration measured
@@ -28,12 +40,14 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedsim import calibration, cost  # noqa: E402
 from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop  # noqa: E402
-from fedsim.models.char_lstm import CharLSTM
+from fedsim.models.char_lstm import CharLSTM  # noqa: E402
 from fedsim.models.sent140_lstm import Sent140LSTM  # noqa: E402
 from fedsim.methods import LocalProblem  # noqa: E402
+from peak import fma_peak  # noqa: E402
 
 MEAN_SAMPLES = {"shakespeare": 3616, "sent140": 53}
 
@@ -51,6 +65,24 @@ def make(dataset: str, clients: int, samples: int, device, seed=0):
     y = torch.from_numpy(rng.integers(0, model.num_classes, n))
     data = Clients.from_arrays(x.to(device), y.to(device), np.concatenate([[0], np.cumsum(sizes)]))
     return model, data, sizes
+
+
+def forward_flops(model) -> int:
+    """Flops of one sample's forward pass: the LSTM layers' matmuls and the head (see the docstring)."""
+    shapes, steps = model.layout.shapes, model.seq_len
+    lstm = sum(2 * steps * shape[0] * shape[1] for name, shape in shapes.items() if name.endswith(".kernel")
+               and name.startswith("lstm"))
+    head = sum(2 * shape[0] * shape[1] for name, shape in shapes.items() if name.endswith(".kernel")
+               and not name.startswith("lstm"))
+    return lstm + head
+
+
+def training_flops(model) -> int:
+    """Flops of one sample's SGD step: three forward passes' worth, less a frozen input's gradient."""
+    frozen = isinstance(model, Sent140LSTM)
+    first = model.layout.shapes["lstm0.kernel"]
+    inputs = first[0] - model.hidden
+    return 3 * forward_flops(model) - (2 * model.seq_len * inputs * first[1] if frozen else 0)
 
 
 CPU_SECONDS = {}  # engine -> CPU seconds of its best repeat (the wall clock's, on a shared machine, varies)
@@ -108,6 +140,12 @@ def main(argv=None):
               f"({steps} SGD steps, longest device {args.epochs * -(-sizes.max() // args.batch_size)}) on "
               f"{device}, {args.threads} thread(s): "
               + ", ".join(f"{name} {s:.2f} s/round" for name, s in seconds.items()) + ratio, flush=True)
+        flops = training_flops(model) * args.epochs * int(sizes.sum())
+        peak = fma_peak(np.float32) * args.threads if device.type == "cpu" else None
+        print(f"  {flops / 1e9:.2f} Gflop a round: " + ", ".join(
+            f"{name} {flops / s / 1e9:.2f} Gflop/s" + (f" ({flops / s / peak:.1%} of the FMA peak, "
+                                                        f"{peak / 1e9:.0f} Gflop/s)" if peak else "")
+            for name, s in seconds.items()), flush=True)
         if constants is not None:
             consts = constants[dataset]
             estimate = cost.round_train_seconds(sizes, args.clients, args.epochs, args.batch_size, consts)
