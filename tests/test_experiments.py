@@ -98,3 +98,19 @@ def test_a_selection_of_unknown_names_or_of_nothing_is_one_error(only, path, pro
     with pytest.raises(ConfigError) as caught:
         selected(**only)
     assert caught.value.path == path and problem in caught.value.problem
+
+
+def test_mclr_only_methods_leave_a_dataset_of_another_model_out():
+    """DONE and the authors' FedDANE are defined for MCLR: a dataset entry naming another model gets
+    none of their runs (as the LSTM datasets), and the rest of its runs as before."""
+    cfg = yaml.safe_load((REPO / "config" / "successors.yaml").read_text())
+    base = default_config()
+    cfg = {**base, **cfg, "experiments": {**base["experiments"], **cfg["experiments"]}}
+    check_config(cfg, SCHEMA, REPO)
+    mclr = experiments.plan(cfg)
+    datasets = set(mclr["dataset"])
+    for name in datasets:
+        cfg["datasets"][name]["model"] = "cnn"
+    cnn = experiments.plan(cfg)
+    assert {"done"} <= set(mclr["method"]) and not {"done", "feddane_authors"} & set(cnn["method"])
+    assert len(cnn) == len(mclr[~mclr["method"].isin(["done", "feddane_authors"])])

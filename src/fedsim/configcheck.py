@@ -18,9 +18,8 @@ import jsonschema
 import yaml
 
 from .download import SOURCES
-from .experiments import (LSTM_KINDS, ConfigError, Setting, as_list, dataset_sources, experiment_ks,
-                          method_kind, method_setting,
-                          n_devices, synthetic_settings, used_datasets)
+from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, method_kind, method_setting,
+                          n_devices, synthetic_settings, trains_mclr, used_datasets)
 from .methods import ENTRIES, REGISTRY
 from .settings import TAIL_FRACTION, RunConfig, rng_problem
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, MEAN_SAMPLES
@@ -239,7 +238,7 @@ def _check_experiment(cfg, name, exp) -> None:
         experiment_ks(cfg, name, dataset)  # raises where K is undefined or too large
         for method in exp["methods"]:
             method_setting(cfg, method, Setting(dataset, "", "", ""))  # raises where every device is unknown
-        if exp.get("theory") and cfg["datasets"][dataset]["kind"] in LSTM_KINDS:
+        if exp.get("theory") and not trains_mclr(cfg, dataset):
             raise ConfigError(where + ["theory"], f"the theorems' constants are measured for MCLR models only, not {dataset}")
     if exp.get("figure") == "theory" and not exp.get("theory"):
         raise ConfigError(where + ["theory"], "must be true for figure: theory (its runs log the constants it draws)")

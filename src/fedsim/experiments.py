@@ -19,6 +19,13 @@ from .settings import clients_per_round_problem
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
 LSTM_KINDS = ("shakespeare", "sent140")
+
+
+def trains_mclr(cfg, dataset) -> bool:
+    """Whether a dataset's runs train MCLR: the paper's model of every kind but the LSTMs', unless
+    the entry names another `model` (fedsim.models)."""
+    entry = cfg["datasets"][dataset]
+    return entry["kind"] not in LSTM_KINDS and entry.get("model") in (None, "mclr")
 LEAF_KINDS = ("femnist", "shakespeare", "sent140")
 SYNTHETIC_KEYS = tuple(SYNTHETIC_DEFAULTS)  # the generator's settings a synthetic dataset's entry may override
 # What names a run (its folder); T is the rounds tag, theory the theory tag (run_stem)
@@ -219,9 +226,9 @@ def method_mus(cfg, method, setting, experiment, tuned=None) -> list:
     """The mu values a method runs with in one setting of an experiment. A tuned method: every mu
     of the grid where the experiment tunes it, else the mu chosen in `tuned`, or "tuned" while
     `tuned` is not known. None at all where the method does not apply (the authors' FedDANE on
-    an LSTM dataset)."""
+    an LSTM or a CNN dataset)."""
     exp, kind = cfg["experiments"][experiment], method_kind(method)
-    if ENTRIES[method].mclr_only and cfg["datasets"][setting.dataset]["kind"] in LSTM_KINDS:
+    if ENTRIES[method].mclr_only and not trains_mclr(cfg, setting.dataset):
         return []
     if ENTRIES[method].method.mu != "none" and mu_source(cfg, experiment) == "fixed":
         return exp["mu"]
