@@ -63,3 +63,15 @@ def test_a_module_created_later_joins_the_code_of_its_importers(tmp_path, monkey
     assert "src/pkg/extra.py" in jobs.package_code(pkg, "methods.a")
     (pkg / "extra.py").write_text("from .engine import X\n")  # its own imports follow its edits
     assert "src/pkg/engine.py" in jobs.package_code(pkg, "methods.a")
+
+
+def test_device_auto_is_the_cpu_for_mclr_and_the_gpu_for_other_models():
+    """`simulator.device: auto`: MCLR's runs compute on a CPU core (its compiled kernel), the LSTMs'
+    and a CNN's where a GPU is, and ask the scheduler for one."""
+    cfg = {"simulator": {"device": "auto"},
+           "datasets": {"s": {"kind": "synthetic"}, "f": {"kind": "femnist"}, "c": {"kind": "femnist", "model": "cnn"},
+                        "t": {"kind": "shakespeare"}}}
+    assert {d: jobs.train_device(cfg, d) for d in "sfct"} == {"s": "cpu", "f": "cpu", "c": "auto", "t": "auto"}
+    assert {d: jobs.train_gpus(cfg, d) for d in "sfct"} == {"s": 0, "f": 0, "c": 1, "t": 1}
+    cfg["simulator"]["device"] = "cpu"
+    assert {jobs.train_device(cfg, d) for d in "sfct"} == {"cpu"}

@@ -17,7 +17,8 @@ import shlex
 from pathlib import Path
 
 from . import atomic
-from .experiments import LEAF_KINDS, LSTM_KINDS, RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings, tag_rounds
+from .experiments import (LEAF_KINDS, RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings, tag_rounds,
+                          trains_mclr)
 from .methods import ENTRIES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim)
@@ -149,10 +150,11 @@ def eval_args(cfg, dataset) -> str:
 
 
 def train_device(cfg, dataset) -> str:
-    """Where a dataset's runs compute: `simulator.device`, where `auto` means the GPU (if there is
-    one) for the LSTM datasets and the CPU for the MCLR ones (small matmuls, faster on a core)."""
+    """Where a dataset's runs compute: `simulator.device`, where `auto` means the CPU for the MCLR
+    datasets (small matmuls, faster on a core and its compiled kernel) and the GPU (if there is
+    one) for the others (the LSTMs, a CNN)."""
     device = cfg["simulator"]["device"]
-    return "cpu" if device == "auto" and cfg["datasets"][dataset]["kind"] not in LSTM_KINDS else device
+    return "cpu" if device == "auto" and trains_mclr(cfg, dataset) else device
 
 
 def train_gpus(cfg, dataset) -> int:
