@@ -47,3 +47,23 @@ def test_init_is_glorot_uniform_with_zero_bias():
     assert torch.all(params[-1] == 0)
     assert params[:-1].abs().max() <= limit
     assert abs(params[:-1].std().item() - limit / 3**0.5) < 0.02 * limit  # uniform(-l, l) has std l/sqrt(3)
+
+
+def test_readmes_models_table_states_each_models_size():
+    """README's "Models, and adding one" lists every registered model with its parameter count."""
+    import re
+    from pathlib import Path
+
+    from fedsim import models
+    from fedsim.models.char_lstm import CharLSTM
+    from fedsim.models.cnn import CNN
+    from fedsim.models.sent140_lstm import Sent140LSTM
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("## Models, and adding one", 1)[1].split("\n\n", 2)[1]
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \|.*\| ([^|]+) \|$", table, re.M)}
+    assert set(rows) == set(models.REGISTRY)
+    sizes = {"char_lstm": CharLSTM().layout.size, "sent140_lstm": Sent140LSTM(torch.zeros(2, 300)).layout.size,
+             "cnn": CNN().layout.size}
+    for name, size in sizes.items():
+        assert rows[name].startswith(f"{size:,}"), (name, rows[name])
