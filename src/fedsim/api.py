@@ -7,9 +7,10 @@
 
 `run` is `python -m fedsim train` without the command line: the same RunConfig (fedsim.settings:
 every keyword is one of its fields, `python -m fedsim train --help` explains each), the same checks
-with the same one-line ValueErrors (all of them before torch is imported), the same rule for a
-method whose mu has no default (FedProx: settings.given_config), and the same numbers, bit for bit
-(tests/test_api.py). `generate_synthetic` is `python -m fedsim generate-synthetic`.
+with the same one-line ValueErrors (a setting's own before torch is imported; those that need the
+dataset's device count once it is open), the same rule for a method whose mu has no default
+(FedProx: settings.given_config), and the same numbers, bit for bit (tests/test_api.py).
+`generate_synthetic` is `python -m fedsim generate-synthetic`.
 
 `import fedsim` reaches both lazily (fedsim/__init__.py), so it stays free of torch.
 """
