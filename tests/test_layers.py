@@ -7,7 +7,8 @@ Two kinds of import are not statements and are left out of the graph: a submodul
 its package's __init__ first (fedsim.leaf's imports its builders), and the methods' registry
 (fedsim.methods) imports every method module at run time (importlib); the method modules import
 the registry, so they stand above it. What importing a module loads (the torch check) does count
-the registry's method modules.
+the registry's method modules. Likewise the package's lazy attributes: `fedsim.run` imports fedsim.api
+by name on first use (fedsim/__init__.py), so `import fedsim` loads no torch (tests/test_api.py runs it).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ LAYERS = [
                   "fedsim.metrics"]),
     ("run parts", ["fedsim.theory", "fedsim.checkpoint"]),
     ("run", ["fedsim.train"]),
+    # fedsim from Python: a run as `fedsim train` trains it (fedsim.run, reached lazily from the package)
+    ("the run from Python", ["fedsim.api"]),
     # The workflow's planning stands above the simulator it plans for: no training code imports it, so
     # editing the cost model or the runs table changes no training job's code fingerprint (fedsim.jobs)
     # and reruns no run. It must not reach down into torch either: TORCH_FREE below.
@@ -45,10 +48,10 @@ LAYERS = [
     ("commands", ["fedsim.cli", "fedsim.warm", "fedsim.__main__"]),
 ]
 
-# Read at every snakemake call (workflow/rules/common.smk, the Snakefile), by the CLI's parser and by
-# the warm launcher before its job runs (stopping): no `import torch` in them at any depth, and
-# nothing they import (at any depth) loads torch.
-TORCH_FREE = ["fedsim.settings", "fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost",
+# Read at every snakemake call (workflow/rules/common.smk, the Snakefile, and the package itself before
+# any of its modules), by the CLI's parser and by the warm launcher before its job runs (stopping): no
+# `import torch` in them at any depth, and nothing they import (at any depth) loads torch.
+TORCH_FREE = ["fedsim", "fedsim.settings", "fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost",
               "fedsim.progress", "fedsim.rescheduling", "fedsim.stopping"]
 
 

@@ -35,7 +35,7 @@ from .atomic import write_csv, write_text
 from .download import SOURCES
 from .methods import ENTRIES
 from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
-from .settings import TAIL_FRACTION, Check, RunConfig
+from .settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
 from .stopping import StopSignals, Stopped, exit_status
 from .synthetic import DEFAULTS as SYNTHETIC
 
@@ -67,10 +67,6 @@ def _method_option(text: str) -> tuple[str, str]:
         raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
     return name, value
 
-
-# The methods whose mu is `fixed` (fedsim.methods: FedProx): a proximal term is what they are, and
-# its weight is the dataset's (the FedProx paper chose one per dataset), so none is a default.
-NEEDS_MU = tuple(name for name, entry in ENTRIES.items() if entry.method.mu == "fixed")
 
 # How the fields that are not one plain value each are spelled on the command line: a method's
 # options come one NAME=VALUE at a time; --mu has no default of its own (run_config gives it).
@@ -110,16 +106,11 @@ def _add_run_settings(parser) -> None:
 
 
 def run_config(args) -> RunConfig:
-    """The RunConfig of parsed `train` arguments. Without --mu, FedProx (NEEDS_MU) is refused in one
-    line rather than run at mu = 0, which is FedAvg; the other methods take RunConfig's 0."""
+    """The RunConfig of parsed `train` arguments; without --mu, FedProx (NEEDS_MU) is refused in one
+    line (settings.given_config: the rule fedsim.run follows too)."""
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(RunConfig)}
-    if values["mu"] is None:
-        if values["method"] in NEEDS_MU:
-            raise ValueError(f"--method {values['method']} needs --mu, the weight of its proximal term: it has no "
-                             "default (the FedProx paper picks one per dataset, config/config.yaml's fedprox_mu; "
-                             "mu = 0 is FedAvg)")
-        del values["mu"]
-    return RunConfig(**{**values, "options": dict(values["options"])})  # --option's NAME=VALUE pairs
+    values["options"] = dict(values["options"])  # --option's NAME=VALUE pairs
+    return given_config(values, flag=lambda name: "--" + name.replace("_", "-"))
 
 
 def _generate_synthetic(args) -> None:

@@ -246,3 +246,22 @@ def check_participation(config: RunConfig, num_devices: int) -> None:
     problem = participation_problem(config.method, config.clients_per_round, num_devices, config.selection)
     if problem:
         raise ValueError(f"bad run setting clients_per_round={config.clients_per_round}: {problem}")
+
+
+# The methods whose mu is `fixed` (fedsim.methods: FedProx): a proximal term is what they are, and
+# its weight is the dataset's (the FedProx paper chose one per dataset), so none is a default.
+NEEDS_MU = tuple(name for name, entry in ENTRIES.items() if entry.method.mu == "fixed")
+
+
+def given_config(values: dict, flag: Callable[[str], str]) -> RunConfig:
+    """The RunConfig of the settings a user gave (`fedsim train`'s options, fedsim.run's keywords), mu
+    None where none was given: a method of NEEDS_MU is then refused in one line rather than run at
+    mu = 0, which is FedAvg; the others take RunConfig's 0. `flag` spells a setting's name there."""
+    if values.get("mu") is None:
+        method = values.get("method")
+        if method in NEEDS_MU:
+            raise ValueError(f"{flag('method')} {method} needs {flag('mu')}, the weight of its proximal term: it "
+                             "has no default (the FedProx paper picks one per dataset, config/config.yaml's "
+                             "fedprox_mu; mu = 0 is FedAvg)")
+        values = {name: value for name, value in values.items() if name != "mu"}
+    return RunConfig(**values)
