@@ -194,6 +194,8 @@ def write_dirichlet(pool_path, out_path, *, devices, alpha, name=None, scheme=DE
         if pool.kind == "sent140":
             raise ValueError(f"{pool_path}: a sent140 dataset's token ids need its embedding; partition an "
                              "image or feature dataset")
+        check_settings(int(pool.train_sizes.sum() + pool.test_sizes.sum()), devices, alpha, scheme=scheme,
+                       min_partition_size=min_partition_size, max_retries=max_retries)  # before reading rows
         x, y = (np.concatenate(a) for a in zip(*((d.x, d.y) for d in map(pool.load, ("train", "test")))))
         about = dict(path=str(pool_path), name=pool.name, kind=pool.kind, samples=len(y),
                      train_samples=int(pool.train_sizes.sum()), test_samples=int(pool.test_sizes.sum()),
