@@ -191,12 +191,15 @@ def test_leaf_dataset_defaults_are_the_commands():
     person running the command alone gets. The workflow passes every one of them, so the schema's
     are the ones it runs; tied here, since the schema cannot read argparse."""
     commands = {"shakespeare": "prepare-shakespeare", "sent140": "prepare-sent140", "femnist": "prepare-femnist",
-                "json": "import-json"}
+                "femnist62": "prepare-femnist62", "json": "import-json", "dirichlet": "partition-dirichlet"}
     flags = {"glove_dim": "dim"}
     tied = set()
-    for rule in raw_schema()["properties"]["datasets"]["additionalProperties"]["allOf"]:
+    # as filled in (a Dirichlet partition's defaults are fedsim.partition.DEFAULTS, the command's too)
+    for rule in load_schema(SCHEMA_FILE)["properties"]["datasets"]["additionalProperties"]["allOf"]:
         kind = rule["if"]["properties"]["kind"]["const"]
         for key, entry in rule["then"].get("properties", {}).items():
+            if "default" not in entry:  # a constraint of the kind's, not a default (dirichlet's alpha > 0)
+                continue
             assert command(commands[kind]).get_default(flags.get(key, key)) == entry["default"], (kind, key)
             tied.add(kind)
     assert tied == set(commands)
@@ -228,19 +231,22 @@ def test_leaf_builders_defaults_are_the_commands():
     which the schema's are tied to above: someone calling a builder from Python gets the same
     dataset as the command. A builder default of None (derived inside) has no copy to tie."""
     from fedsim.leaf.femnist import build_femnist
+    from fedsim.leaf.femnist62 import build_femnist62_json, build_femnist62_nist
     from fedsim.leaf.sent140 import build_sent140
     from fedsim.leaf.shakespeare import build_shakespeare
+    from fedsim.partition import write_dirichlet
 
     tied = 0
     for name, builder in (("prepare-shakespeare", build_shakespeare), ("prepare-sent140", build_sent140),
-                          ("prepare-femnist", build_femnist)):
+                          ("prepare-femnist", build_femnist), ("prepare-femnist62", build_femnist62_nist),
+                          ("prepare-femnist62", build_femnist62_json), ("partition-dirichlet", write_dirichlet)):
         parser = command(name)
         options = {action.dest for action in parser._actions}
         for key, parameter in inspect.signature(builder).parameters.items():
             if key in options and parameter.default not in (inspect.Parameter.empty, None):
                 assert parser.get_default(key) == parameter.default, (name, key)
                 tied += 1
-    assert tied >= 15
+    assert tied >= 28
 
 
 def test_synthetic_mean_device_size_is_the_generators():

@@ -4,6 +4,9 @@
     python -m fedsim fetch shakespeare --out resources/raw/shakespeare/ [--mirror DIR | --path FILE]
     python -m fedsim prepare-shakespeare --raw gutenberg-100-1994.txt.gz --out shakespeare.h5
     python -m fedsim prepare-femnist --json leaf/femnist/train leaf/femnist/test --out femnist.h5
+    python -m fedsim prepare-femnist62 --json leaf-sample-1/ leaf-sample-2/ --out femnist62.h5
+    python -m fedsim prepare-femnist62 --nist by_class.zip by_write.zip --fraction 0.05 --out femnist62.h5
+    python -m fedsim partition-dirichlet --pool femnist62.h5 --devices 100 --alpha 0.3 --out dirichlet.h5
     python -m fedsim prepare-sent140 --raw trainingandtestdata.zip --glove glove.6B.zip --out sent140.h5
     python -m fedsim import-json --train data/train --test data/test --name synthetic_iid --out d.h5
     python -m fedsim datasets-table --out datasets.csv DATASET_H5...
@@ -34,6 +37,7 @@ from . import settings
 from .atomic import write_csv, write_text
 from .download import SOURCES
 from .methods import ENTRIES
+from .partition import DEFAULTS as PARTITION, SCHEMES
 from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
 from .stopping import StopSignals, Stopped, exit_status
@@ -176,6 +180,45 @@ def _prepare_femnist(args) -> None:
               f"{prov['wrapped_draws']} draws ran past the end of a class: the pool "
               f"({prov['pool_used_per_class']} images per class a-j) is small for the construction", file=sys.stderr)
     _check_devices(args.out, args.expect_devices)
+
+
+def _prepare_femnist62(args) -> None:
+    from .leaf.femnist62 import build_femnist62_json, build_femnist62_nist
+    from .leaf.niid import kept_line
+
+    if (args.json is None) == (args.nist is None):
+        raise ValueError("give one of --json (LEAF data folders) and --nist (by_class.zip by_write.zip)")
+    if args.json:
+        prov = build_femnist62_json(args.json, args.out, name=args.name, test_only=args.test_only)
+        print(f"{args.name}: {prov['users_in_several_sources']} writers in several folders, each taken from the "
+              f"first with its train rows; {prov['test_only_devices']} writers with test rows only: "
+              f"{'kept' if args.test_only == 'keep' else 'dropped'}")
+    else:
+        fraction = None if args.fraction <= 0 else args.fraction
+        prov = build_femnist62_nist(*args.nist, args.out, name=args.name, seed=args.seed, fraction=fraction,
+                                    min_samples=args.min_samples, min_samples_rule=args.min_samples_rule,
+                                    train_fraction=args.train_fraction)
+        print(f"{args.name}: {prov['writers']} writers, {prov['writer_images']} images matched to a class, "
+              f"{prov['unmatched_images']} without one (left out)")
+        print(kept_line(args.name, prov["counts"], prov["sampling"]))
+    _check_devices(args.out, args.expect_devices)
+
+
+def _partition_dirichlet(args) -> None:
+    import numpy as np
+
+    from .data import FederatedDataset
+    from .partition import write_dirichlet
+
+    prov = write_dirichlet(args.pool, args.out, devices=args.devices, alpha=args.alpha, name=args.name,
+                           scheme=args.scheme, min_partition_size=args.min_partition_size,
+                           self_balancing=args.self_balancing, max_retries=args.max_retries,
+                           train_fraction=args.train_fraction, seed=args.seed)
+    with FederatedDataset(args.out) as dataset:
+        sizes = dataset.train_sizes + dataset.test_sizes
+    print(f"{args.name}: {args.devices} devices from {prov['pool']['samples']} samples of {args.pool} "
+          f"({args.scheme}, alpha {args.alpha:g}, seed {args.seed}, {prov['draws']} draw(s)); samples per device "
+          f"{sizes.min()}-{sizes.max()} (median {np.median(sizes):g}), {prov['unused_samples']} dealt to none")
 
 
 def _prepare_sent140(args) -> None:
@@ -360,8 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_fetch)
 
     def build_args(p, sampling=None):
-        """Arguments every prepare-* command shares; `sampling` = (fraction, min_samples) defaults
-        for the commands that apply LEAF's niid sampling."""
+        """Arguments every prepare-* command shares; `sampling` = (fraction, min_samples[, train
+        fraction: 0.8]) defaults for the commands that apply LEAF's niid sampling."""
         p.add_argument("--name", default=p.prog.split("-")[-1])
         if sampling is not None:
             p.add_argument("--fraction", type=SHARE_OR_ALL, default=sampling[0],
@@ -371,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--min-samples-rule", choices=["more_than", "at_least"], default="more_than",
                            help="keep users with more than (LEAF before Dec 2019, the paper's) or at least "
                                 "(LEAF since) --min-samples samples")
-            p.add_argument("--train-fraction", type=SHARE, default=0.8)
+            p.add_argument("--train-fraction", type=SHARE, default=(*sampling, 0.8)[2])
         p.add_argument("--seed", type=INDEX, default=0)
         p.add_argument("--expect-devices", type=COUNT,
                        help="the device count the config declares (a warning if the file has another)")
@@ -398,6 +441,40 @@ def build_parser() -> argparse.ArgumentParser:
                         "devices would repeat images)")
     build_args(p)
     p.set_defaults(func=_prepare_femnist)
+
+    p = sub.add_parser("prepare-femnist62", help="LEAF's own FEMNIST (62 classes, one device per writer) from LEAF "
+                                                 "data folders or NIST, as HDF5")
+    p.add_argument("--json", nargs="+", help="LEAF data folders, each with train/ and test/ (a writer several hold is "
+                                             "taken from the first with its train rows)")
+    p.add_argument("--nist", nargs=2, metavar=("BY_CLASS", "BY_WRITE"),
+                   help="NIST SD19 by_class.zip and by_write.zip (instead of --json), sampled as LEAF does")
+    p.add_argument("--test-only", choices=["drop", "keep"], default="drop",
+                   help="--json: writers with test rows only are dropped (LEAF's read_data) or kept")
+    build_args(p, sampling=(0.05, 0, 0.9))
+    p.set_defaults(func=_prepare_femnist62)
+
+    p = sub.add_parser("partition-dirichlet", help="a Dirichlet label partition of a dataset's rows into N devices, "
+                                                   "as HDF5")
+    p.add_argument("--pool", required=True, help="the dataset file whose train and test rows are pooled")
+    p.add_argument("--devices", type=COUNT, required=True, help="N, the devices the pool is dealt to")
+    p.add_argument("--alpha", type=POSITIVE, required=True, help="the Dirichlet concentration (above 0)")
+    p.add_argument("--scheme", choices=SCHEMES, default=PARTITION["scheme"],
+                   help="per_class: each class over the devices (flwr-datasets' DirichletPartitioner); per_device: "
+                        f"each device over the classes, equal sizes (Hsu et al. 2019) (default: {PARTITION['scheme']})")
+    p.add_argument("--min-partition-size", type=COUNT, default=PARTITION["min_partition_size"],
+                   help=f"the fewest samples a device may get (default: {PARTITION['min_partition_size']})")
+    p.add_argument("--self-balancing", action=argparse.BooleanOptionalAction, default=PARTITION["self_balancing"],
+                   help="per_class: a device over the mean size gets no more classes (default: on)")
+    p.add_argument("--max-retries", type=INDEX, default=PARTITION["max_retries"],
+                   help="per_class: new draws while a device is under the minimum, then refused "
+                        f"(default: {PARTITION['max_retries']})")
+    p.add_argument("--train-fraction", type=SHARE, default=PARTITION["train_fraction"],
+                   help="each device's share of train rows, LEAF's per-user split "
+                        f"(default: {PARTITION['train_fraction']})")
+    p.add_argument("--seed", type=INDEX, default=PARTITION["seed"])
+    p.add_argument("--name", default="dirichlet")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_partition_dirichlet)
 
     p = sub.add_parser("import-json", help="LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5")
     p.add_argument("--train", required=True, nargs="+", help="train JSON files or folders (.json, .json.gz)")

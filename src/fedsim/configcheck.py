@@ -21,6 +21,7 @@ from .download import SOURCES
 from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, method_kind, method_setting,
                           n_devices, synthetic_settings, trains_mclr, used_datasets)
 from .methods import ENTRIES, REGISTRY
+from .partition import DEFAULTS as PARTITION_DEFAULTS, check_settings
 from .settings import TAIL_FRACTION, RunConfig, rng_problem
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, MEAN_SAMPLES
 
@@ -66,9 +67,17 @@ def load_schema(path) -> dict:
                 properties[name]["default"] = f.default
     for key, default in SYNTHETIC_DEFAULTS.items():
         schema["properties"]["synthetic"]["properties"][key]["default"] = default
+    for key, default in PARTITION_DEFAULTS.items():
+        _kind_properties(schema, "dirichlet")[key]["default"] = default
     schema["properties"]["tuning"]["properties"]["fraction"]["default"] = TAIL_FRACTION
     schema["properties"]["sources"]["properties"] = {name: {"$ref": "#/definitions/source"} for name in SOURCES}
     return schema
+
+
+def _kind_properties(schema: dict, kind: str) -> dict:
+    """The properties a dataset entry of `kind` gets (its `if kind: ... then:` block of the schema)."""
+    blocks = schema["properties"]["datasets"]["additionalProperties"]["allOf"]
+    return next(b["then"]["properties"] for b in blocks if b["if"]["properties"]["kind"].get("const") == kind)
 
 
 def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
@@ -90,6 +99,8 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
             for key in ("alpha", "beta"):
                 if entry[key] != 0:
                     raise ConfigError(["datasets", name, key], "must be 0 when iid is true")
+        if entry["kind"] == "dirichlet":
+            _check_pool(cfg, name, entry)
     for name, exp in cfg["experiments"].items():
         _check_experiment(cfg, name, exp)
     _check_rng(cfg)
@@ -98,6 +109,22 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
     if not cfg["allow_large"]:
         _check_sizes(cfg)
 
+
+
+def check_partition_pools(cfg: dict, pool_samples) -> None:
+    """Each Dirichlet partition some experiment runs against its pool's sample count, where
+    `pool_samples(name)` knows it (the pool's file is built; else None): what no draw can satisfy
+    (fedsim.partition.check_settings) is a ConfigError before any job, not a failed build."""
+    for name in used_datasets(cfg):
+        entry = cfg["datasets"][name]
+        samples = pool_samples(entry["pool"]) if entry["kind"] == "dirichlet" else None
+        if samples is None:
+            continue
+        try:
+            check_settings(samples, entry["devices"], entry["alpha"], scheme=entry["scheme"],
+                           min_partition_size=entry["min_partition_size"], max_retries=entry["max_retries"])
+        except ValueError as err:
+            raise ConfigError(["datasets", name], f"{err} (the pool {entry['pool']})") from None
 
 
 def command_line_types(value):
@@ -218,6 +245,24 @@ def _check_results_dir(cfg, project_dir) -> None:
                             "the project folder"), (Path.cwd().resolve(), "the working directory")):
         if folder == forbidden:
             raise ConfigError(["results_dir"], f"{cfg['results_dir']!r} is {what}; name a folder below it")
+
+
+# The kinds a Dirichlet partition cannot pool: Sent140's token ids mean nothing without its file's
+# embedding, and a partition of a partition would be a chain the workflow does not build.
+UNPOOLED_KINDS = ("sent140", "dirichlet")
+
+
+def _check_pool(cfg, name, entry) -> None:
+    """A Dirichlet partition's pool is another dataset of the config, of a kind it can pool. (Its
+    alpha > 0 is the schema's; devices against the pool's samples are checked when the partition is
+    built, its first job, before any training of it: the pool's size is known only then.)"""
+    where, pool = ["datasets", name, "pool"], entry["pool"]
+    if pool not in cfg["datasets"]:
+        raise ConfigError(where, f"unknown dataset {pool!r} (defined under datasets: {', '.join(cfg['datasets'])})")
+    kind = cfg["datasets"][pool]["kind"]
+    if kind in UNPOOLED_KINDS:
+        raise ConfigError(where, f"{pool} is of kind {kind}; a partition pools an image or feature dataset "
+                                 f"(not {' or '.join(UNPOOLED_KINDS)})")
 
 
 def _check_experiment(cfg, name, exp) -> None:

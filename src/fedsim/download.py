@@ -53,6 +53,9 @@ SOURCES = {
     "nist_by_class": Source("https://s3.amazonaws.com/nist-srd/SD19", "by_class.zip",
                             md5="79572b1694a8506f2b722c7be54130c4",
                             note="NIST Special Database 19, images by class (1,031,576,378 bytes)"),
+    "nist_by_write": Source("https://s3.amazonaws.com/nist-srd/SD19", "by_write.zip",
+                            note="NIST Special Database 19, images by writer (LEAF's FEMNIST writers; no checksum "
+                                 "recorded: the digests are logged)"),
     "sent140": Source("http://cs.stanford.edu/people/alecmgo", "trainingandtestdata.zip",
                       sha256="004a3772c8a7ff9bbfeb875880f47f0679d93fc63e5cf9cff72d54a8a6162e57",
                       note="Sentiment140 (training.1600000.processed.noemoticon.csv + test CSV)"),

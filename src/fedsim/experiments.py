@@ -19,6 +19,8 @@ from .settings import clients_per_round_problem
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
 LSTM_KINDS = ("shakespeare", "sent140")
+LEAF_KINDS = ("femnist", "femnist62", "shakespeare", "sent140")
+BUILT_KINDS = (*LEAF_KINDS, "dirichlet")  # built from raw files or other datasets: datasets.csv lists them
 
 
 def trains_mclr(cfg, dataset) -> bool:
@@ -26,7 +28,8 @@ def trains_mclr(cfg, dataset) -> bool:
     the entry names another `model` (fedsim.models)."""
     entry = cfg["datasets"][dataset]
     return entry["kind"] not in LSTM_KINDS and entry.get("model") in (None, "mclr")
-LEAF_KINDS = ("femnist", "shakespeare", "sent140")
+
+
 SYNTHETIC_KEYS = tuple(SYNTHETIC_DEFAULTS)  # the generator's settings a synthetic dataset's entry may override
 # What names a run (its folder); T is the rounds tag, theory the theory tag (run_stem)
 # mu: the value of the method's setting (setting_name: its mu, or the option it is tuned over)
@@ -80,7 +83,8 @@ def synthetic_settings(cfg, dataset) -> dict:
 
 def n_devices(cfg, dataset):
     """Number of devices of a dataset, where the config determines it (else None): the LEAF and
-    JSON kinds' count is the one the config declares (checked when the file is built)."""
+    JSON kinds' count is the one the config declares (checked when the file is built); a Dirichlet
+    partition's is the count it deals to."""
     if cfg["datasets"][dataset]["kind"] == "synthetic":
         return synthetic_settings(cfg, dataset)["devices"]
     return cfg["datasets"][dataset].get("devices")
@@ -92,10 +96,15 @@ def used_datasets(cfg) -> list[str]:
 
 
 def dataset_sources(cfg, dataset) -> list[str]:
-    """The raw sources (keys of `sources`) a dataset is built from."""
+    """The raw sources (keys of `sources`) a dataset is built from (a Dirichlet partition: its pool's)."""
     entry = cfg["datasets"][dataset]
     if entry["kind"] == "femnist":
         return [] if "json" in entry else ["nist_by_class"]
+    if entry["kind"] == "femnist62":
+        return [] if "json" in entry else ["nist_by_class", "nist_by_write"]
+    if entry["kind"] == "dirichlet":  # the config check has refused a pool that is itself a partition
+        pool = entry.get("pool")
+        return dataset_sources(cfg, pool) if pool in cfg["datasets"] and pool != dataset else []
     return {"synthetic": [], "json": [], "shakespeare": ["shakespeare"], "sent140": ["sent140", "glove"]}[entry["kind"]]
 
 

@@ -17,15 +17,20 @@ import shlex
 from pathlib import Path
 
 from . import atomic
-from .experiments import (LEAF_KINDS, RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings, tag_rounds,
-                          trains_mclr)
+from .experiments import (BUILT_KINDS, RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings,
+                          tag_rounds, trains_mclr)
 from .methods import ENTRIES, resolve
 
-# Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim)
-LEAF_KEYS = {"shakespeare": ("fraction", "min_samples", "min_samples_rule", "train_fraction", "seed"),
-             "sent140": ("fraction", "min_samples", "min_samples_rule", "train_fraction", "seed", "glove_dim"),
-             "femnist": ("variant", "seed")}
+# Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
+# FEMNIST-62's from LEAF data folders (`json`) take only test_only, its LEAF sampling being done
+LEAF_SAMPLING_KEYS = ("fraction", "min_samples", "min_samples_rule", "train_fraction", "seed")
+LEAF_KEYS = {"shakespeare": LEAF_SAMPLING_KEYS, "sent140": (*LEAF_SAMPLING_KEYS, "glove_dim"),
+             "femnist": ("variant", "seed"), "femnist62": LEAF_SAMPLING_KEYS}
 FLAGS = {"glove_dim": "dim"}
+# A Dirichlet partition's keys, as --flags of `fedsim partition-dirichlet`; the per_class scheme's own
+# (self_balancing is --self-balancing / --no-self-balancing) are passed only for it
+PARTITION_KEYS = ("devices", "alpha", "scheme", "min_partition_size", "train_fraction", "seed")
+PER_CLASS_KEYS = ("max_retries",)
 
 
 def synthetic_args(cfg, dataset) -> str:
@@ -41,9 +46,25 @@ def leaf_args(cfg, dataset) -> str:
     """Arguments of `fedsim prepare-<kind>` besides its raw inputs: LEAF's sampling, the
     construction's settings and the device count the config declares."""
     entry = cfg["datasets"][dataset]
-    args = [f"--{FLAGS.get(k, k).replace('_', '-')} {fmt(entry[k])}" for k in LEAF_KEYS[entry["kind"]]]
+    keys = ("test_only",) if entry["kind"] == "femnist62" and "json" in entry else LEAF_KEYS[entry["kind"]]
+    args = [_flag(k, entry[k]) for k in keys]
     args += ["--allow-reuse"] if entry.get("allow_reuse") else []
     return " ".join(args + _expect_devices(entry))
+
+
+def _flag(key, value) -> str:
+    return f"--{FLAGS.get(key, key).replace('_', '-')} {fmt(value)}"
+
+
+def dirichlet_args(cfg, dataset) -> str:
+    """Arguments of `fedsim partition-dirichlet` besides its pool: the partition's settings (those
+    of the per_class scheme only for it, so that editing them reruns no per_device partition)."""
+    entry = cfg["datasets"][dataset]
+    args = [_flag(k, entry[k]) for k in PARTITION_KEYS]
+    if entry["scheme"] == "per_class":
+        args += [_flag(k, entry[k]) for k in PER_CLASS_KEYS]
+        args += ["--self-balancing" if entry["self_balancing"] else "--no-self-balancing"]
+    return " ".join(args)
 
 
 def json_args(cfg, dataset) -> str:
@@ -163,7 +184,7 @@ def train_gpus(cfg, dataset) -> int:
 
 
 def train_mem_mb(cfg, dataset) -> int:
-    return 8192 if cfg["datasets"][dataset]["kind"] in LEAF_KINDS else 2048
+    return 8192 if cfg["datasets"][dataset]["kind"] in BUILT_KINDS else 2048
 
 
 def train_runtime(cfg, dataset, T, E, K, theory) -> int:

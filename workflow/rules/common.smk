@@ -16,8 +16,8 @@ from pathlib import Path
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
 from fedsim import atomic, cost, experiments, jobs  # noqa: E402
-from fedsim.configcheck import check_config, command_line_types, load_schema  # noqa: E402
-from fedsim.experiments import LEAF_KINDS, ConfigError, as_list, fmt  # noqa: E402
+from fedsim.configcheck import check_config, check_partition_pools, command_line_types, load_schema  # noqa: E402
+from fedsim.experiments import BUILT_KINDS, ConfigError, as_list, fmt  # noqa: E402
 from fedsim.jobs import setting_args  # noqa: E402
 from fedsim.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES, USES  # noqa: E402
@@ -204,7 +204,7 @@ def final_targets():
         targets.append(summary_path(f"findings_{name}.csv"))
     for name in figure_experiments(theory=True):
         targets += [figure_path(name, ext) for ext in ("pdf", "png")]
-    if any(dataset_cfg(name)["kind"] in LEAF_KINDS for name in used_datasets()):
+    if any(dataset_cfg(name)["kind"] in BUILT_KINDS for name in used_datasets()):
         targets.append(summary_path("datasets.csv"))  # only then: the default DAG stays as it was
     return targets
 
@@ -245,21 +245,41 @@ check_report_has_a_run()
 
 # ---- Per-rule arguments and resources (fedsim.jobs), bound to this config
 
-(synthetic_args, leaf_args, json_args, json_inputs, raw_file, fetch_inputs, fetch_args, init_files, run_args,
- eval_args, train_device, train_gpus, train_mem_mb, train_runtime, method_options_text) = (
+(synthetic_args, leaf_args, json_args, json_inputs, dirichlet_args, raw_file, fetch_inputs, fetch_args, init_files,
+ run_args, eval_args, train_device, train_gpus, train_mem_mb, train_runtime, method_options_text) = (
     partial(getattr(jobs, name), config) for name in (
-        "synthetic_args", "leaf_args", "json_args", "json_inputs", "raw_file", "fetch_inputs", "fetch_args",
-        "init_files", "run_args", "eval_args", "train_device", "train_gpus", "train_mem_mb", "train_runtime",
-        "method_options_text"))
+        "synthetic_args", "leaf_args", "json_args", "json_inputs", "dirichlet_args", "raw_file", "fetch_inputs",
+        "fetch_args", "init_files", "run_args", "eval_args", "train_device", "train_gpus", "train_mem_mb",
+        "train_runtime", "method_options_text"))
 
 
 def leaf_raw_inputs(dataset):
     """The raw files a LEAF dataset is built from: its sources under raw_dir, or FEMNIST's
-    LEAF JSON files or folders (`json`)."""
+    LEAF JSON files or folders (`json`; FEMNIST-62's: LEAF data folders)."""
     entry = dataset_cfg(dataset)
-    if entry["kind"] == "femnist" and "json" in entry:
+    if entry["kind"] in ("femnist", "femnist62") and "json" in entry:
         return as_list(entry["json"])
     return [raw_path(source) for source in dataset_sources(dataset)]
+
+
+def pool_path(dataset):
+    """The dataset file a Dirichlet partition pools."""
+    return dataset_path(dataset_cfg(dataset)["pool"])
+
+
+def built_pool_samples(name):
+    """A built dataset file's samples (train and test), read from its offsets; None before it is built."""
+    try:
+        sizes = cost.file_sizes(dataset_path(name))
+    except (OSError, KeyError, ValueError):  # not built yet (or unreadable: its build says so)
+        return None
+    return int(sizes.train.sum() + sizes.test.sum())
+
+
+try:  # a partition its built pool cannot hold: one line now, not a failed job later
+    check_partition_pools(config, built_pool_samples)
+except ConfigError as err:
+    sys.exit(str(err))
 
 
 def known_tuning():

@@ -50,3 +50,30 @@ rule import_json:
     shell:
         "python -m fedsim.warm import-json --name {wildcards.dataset} --train {input.train}"
         " --test {input.test} {params.args} --out {output} > {log} 2>&1"
+
+
+rule partition_dirichlet:
+    """A Dirichlet label partition of another dataset's train and test rows into N devices
+    (per class over the devices, or per device over the classes)."""
+    input:
+        pool=lambda wildcards: pool_path(wildcards.dataset),
+        code=code_fingerprint("partition"),
+    output:
+        dataset_path(),
+    params:
+        args=lambda wildcards: dirichlet_args(wildcards.dataset),
+    wildcard_constraints:
+        dataset=alternatives(datasets_of_kind("dirichlet")),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=8192,
+        runtime=30,
+    log:
+        log_path("partition_dirichlet", "{dataset}"),
+    benchmark:
+        benchmark_path("partition_dirichlet", "{dataset}")
+    shell:
+        "python -m fedsim.warm partition-dirichlet --name {wildcards.dataset} --pool {input.pool}"
+        " {params.args} --out {output} > {log} 2>&1"

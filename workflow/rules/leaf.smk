@@ -83,6 +83,34 @@ rule prepare_femnist:
         " {params.args} --out {output} > {log} 2>&1"
 
 
+rule prepare_femnist62:
+    """LEAF's own FEMNIST (62 classes, one device per writer) from LEAF data folders (a writer
+    several hold taken from one) or from NIST's by_class.zip and by_write.zip, sampled as LEAF does."""
+    input:
+        raw=lambda wildcards: leaf_raw_inputs(wildcards.dataset),
+        code=code_fingerprint("leaf.femnist62"),
+    output:
+        dataset_path(),
+    params:
+        source=lambda wildcards: "--json" if "json" in dataset_cfg(wildcards.dataset) else "--nist",
+        args=lambda wildcards: leaf_args(wildcards.dataset),
+    wildcard_constraints:
+        dataset=alternatives(datasets_of_kind("femnist62")),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=8192,
+        runtime=120,
+    log:
+        log_path("prepare_femnist62", "{dataset}"),
+    benchmark:
+        benchmark_path("prepare_femnist62", "{dataset}")
+    shell:
+        "python -m fedsim.warm prepare-femnist62 --name {wildcards.dataset} {params.source} {input.raw}"
+        " {params.args} --out {output} > {log} 2>&1"
+
+
 rule prepare_sent140:
     """LEAF's Sent140 from Sentiment140's CSVs, tokenised over GloVe (the embedding rows that
     occur are stored in the dataset file)."""

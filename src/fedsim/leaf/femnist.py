@@ -109,14 +109,21 @@ class NistClass:
 
     def _image(self, i):
         if i not in self.cache:
-            from PIL import Image  # only needed for the raw NIST source
             with named_read_errors(self.zf.filename, "zip"):
                 png = self.zf.read(self.names[i])
-            img = Image.open(io.BytesIO(png)).convert("L")
-            # Pillow >= 7 thumbnails via reduce() first; reducing_gap=None is the reference's resize
-            img.thumbnail((28, 28), Image.Resampling.LANCZOS, reducing_gap=None)
-            self.cache[i] = np.asarray(img, np.float32).reshape(-1) / np.float32(255)
+            self.cache[i] = decode_nist_png(png)
         return self.cache[i]
+
+
+def decode_nist_png(png):
+    """A NIST PNG as LEAF's and FedProx's scripts read it: grey, thumbnailed to 28x28 with
+    ANTIALIAS, scaled to [0, 1]; float32 (784,)."""
+    from PIL import Image  # only needed for the raw NIST source
+
+    img = Image.open(io.BytesIO(png)).convert("L")
+    # Pillow >= 7 thumbnails via reduce() first; reducing_gap=None is the reference's resize
+    img.thumbnail((28, 28), Image.Resampling.LANCZOS, reducing_gap=None)
+    return np.asarray(img, np.float32).reshape(-1) / np.float32(255)
 
 
 def read_nist_pool(zip_path):

@@ -10,6 +10,14 @@ test (common in LEAF samples) are dropped (`test_only="drop"`, as LEAF's and the
 which build clients from the train users) or kept after the others with no train rows (`"keep"`);
 the provenance records how many there were.
 
+Several LEAF samples of one dataset may hold the same user, each with its own draw of the user's
+samples and its own train/test split (the three shared FEMNIST samples: 26 writers, 312 of whose
+images are train rows in one sample and test rows in another). `duplicates="merge"` concatenates
+every file's rows of a user (one sample, or files that split one sample's users, have no repeats);
+`"first"` reads train[i] with test[i] as one source and takes each user from the first source that
+has train rows of it (else the first with test rows of it), all its rows from there, so no image is
+both a train and a test row of one device. The provenance counts the users found in several sources.
+
 Each file is checked as it is read, and what is wrong is one ValueError line naming the file and the
 user: a truncated or damaged .gz, invalid JSON, x and y of different lengths, num_samples that
 disagree with the data, a sample of the wrong length (784 FEMNIST values, 80 Shakespeare characters),
@@ -39,6 +47,7 @@ except ImportError:  # pragma: no cover
 KINDS = ("femnist", "shakespeare", "sent140", "synthetic")
 ORDERS = ("sorted", "file")
 TEST_ONLY = ("drop", "keep")
+DUPLICATES = ("merge", "first")
 
 
 def leaf_files(paths):
@@ -99,6 +108,32 @@ def read_leaf_split(paths):
             ys.extend(ud["y"])
             files.append(str(f))
     return users
+
+
+def read_sources(train, test, duplicates="merge"):
+    """The train and test splits ({user: (x list, y list, [files])}) of LEAF files, and how many users
+    several sources hold (0 when merging: one source); duplicates as in the module docstring."""
+    if duplicates not in DUPLICATES:
+        raise ValueError(f"duplicates: expected one of {DUPLICATES}, got {duplicates!r}")
+    if duplicates == "merge":
+        return read_leaf_split(train), read_leaf_split(test), 0
+    train, test = ([paths] if isinstance(paths, (str, Path)) else list(paths) for paths in (train, test))
+    if len(train) != len(test):
+        raise ValueError(f"duplicates: first pairs train and test paths as sources, got {len(train)} train and "
+                         f"{len(test)} test paths")
+    sources = [(read_leaf_split(tr), read_leaf_split(te)) for tr, te in zip(train, test)]
+    holders = {}  # user -> the sources that hold it, in order
+    for i, source in enumerate(sources):
+        for user in dict.fromkeys([*source[0], *source[1]]):
+            holders.setdefault(user, []).append(i)
+    splits = ({}, {})
+    for split in (0, 1):  # users in first-seen order over the chosen sources, as read_leaf_split's
+        for i, source in enumerate(sources):
+            for user, rows in source[split].items():
+                chosen = next((j for j in holders[user] if user in sources[j][0]), holders[user][0])
+                if chosen == i:
+                    splits[split][user] = rows
+    return (*splits, sum(len(h) > 1 for h in holders.values()))
 
 
 def guess_kind(x):
@@ -169,7 +204,7 @@ def _sent140_label(v):
 
 
 def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes=None, glove=None,
-                     glove_dim=300, max_words=25, order="sorted", test_only="drop"):
+                     glove_dim=300, max_words=25, order="sorted", test_only="drop", duplicates="merge"):
     """Convert LEAF train/test JSON (files or folders) into one dataset file; returns its provenance.
 
     num_classes defaults to LEAF's (femnist 62, shakespeare 80, sent140 2; synthetic: the largest
@@ -179,7 +214,7 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
         raise ValueError(f"order: expected one of {ORDERS}, got {order!r}")
     if test_only not in TEST_ONLY:
         raise ValueError(f"test_only: expected one of {TEST_ONLY}, got {test_only!r}")
-    splits = [read_leaf_split(train), read_leaf_split(test)]
+    *splits, repeated = read_sources(train, test, duplicates)
     in_train = sorted(splits[0]) if order == "sorted" else list(splits[0])
     only_test = [u for u in splits[1] if u not in splits[0]]
     users = in_train + (only_test if test_only == "keep" else [])
@@ -193,6 +228,8 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
     xs, ys = [b[1] for b in blocks_in], [b[2] for b in blocks_in]
     provenance = dict(generator="fedsim.leaf.leafjson", source="LEAF JSON", train=str(train), test=str(test),
                       user_order=order, test_only_devices=len(only_test), test_only=test_only)
+    if duplicates != "merge":  # files of the merge rule keep their provenance (and bytes)
+        provenance.update(duplicates=duplicates, users_in_several_sources=repeated)
     extras = None
     if kind == "sent140":
         from .sent140 import embed_and_tokenize
