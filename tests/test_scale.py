@@ -114,7 +114,7 @@ def kernel_layout(path, split, devices):
     from fedsim.models.mclr import MCLR
 
     part = read_dataset(path, split, devices)
-    x = MCLR.prepare_inputs(torch.from_numpy(part.x))
+    x = MCLR(part.x.shape[1], 1).prepare_inputs(torch.from_numpy(part.x))
     x = torch.cat([x, torch.zeros(1, x.shape[1], dtype=x.dtype)])
     return kernel.padded(x.numpy()), np.append(part.y, 0)
 

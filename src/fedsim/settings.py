@@ -193,8 +193,11 @@ def setting_columns(config_class=RunConfig) -> list[str]:
 
 
 def fingerprint(config: RunConfig) -> str:
-    """The settings a checkpoint must share with the run resuming it: all but the EXECUTION ones."""
-    kept = {f.name for f in dataclasses.fields(config) if role(f) != EXECUTION}
+    """The settings a checkpoint must share with the run resuming it: all but the EXECUTION ones, and
+    the model only where one is named (the dataset's own is what every run trained before the setting
+    existed, so their checkpoints still resume)."""
+    kept = {f.name for f in dataclasses.fields(config) if role(f) != EXECUTION} - ({"model"} if config.model is None
+                                                                                   else set())
     return json.dumps({k: v for k, v in dataclasses.asdict(config).items() if k in kept}, sort_keys=True)
 
 
