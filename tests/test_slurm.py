@@ -182,6 +182,8 @@ def cut_run(slurm_cluster, tmp_path_factory):
     local_proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", METRICS], cwd=local, env=env(),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     cluster = long_run_copy(root / "cluster")
+    code, out = snakemake(cluster, "--cores", "1", "results/datasets/synthetic_1_1.h5")  # only training on SLURM
+    assert code == 0, out
     proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--profile", "profiles/slurm", "--slurm-no-account",
                              "--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "5",
                              "--seconds-between-status-checks", "3", METRICS], cwd=cluster,
