@@ -260,7 +260,9 @@ def test_paper_lstm_jobs_ask_for_their_cost_estimate_or_max_runtime(tmp_path):
                           "--config", f"simulator={{max_runtime: {cap}}}")
     assert code == 0, out[-3000:]
     def merge(a, b):  # as Snakemake layers config files: maps merge, the rest replaces
-        return {**a, **{k: merge(a.get(k), v) for k, v in b.items()}} if isinstance(a, dict) and isinstance(b, dict) else b
+        if isinstance(a, dict) and isinstance(b, dict):
+            return {**a, **{k: merge(a.get(k), v) for k, v in b.items()}}
+        return b
 
     cfg = merge(*(yaml.safe_load((work / "config" / name).read_text()) for name in ("config.yaml", "paper.yaml")))
     check_config(cfg, load_schema(work / "workflow/schemas/config.schema.yaml"), work)
@@ -272,8 +274,9 @@ def test_paper_lstm_jobs_ask_for_their_cost_estimate_or_max_runtime(tmp_path):
             asked[w["dataset"], w["method"], int(w["K"]), int(w["E"])] = int(re.search(r"runtime=(\d+)", resources)[1])
     assert {dataset for dataset, *_ in asked} == {"sent140", "shakespeare"}
     for (dataset, method, k, e), minutes in asked.items():
-        seconds = cost.train_seconds(cfg, dataset, method=method, k=k, epochs=e, rounds=cfg["datasets"][dataset]["rounds"],
-                                     theory=False, sizes_of=lambda name: cost.dataset_sizes(cfg, name))
+        seconds = cost.train_seconds(cfg, dataset, method=method, k=k, epochs=e,
+                                     rounds=cfg["datasets"][dataset]["rounds"], theory=False,
+                                     sizes_of=lambda name: cost.dataset_sizes(cfg, name))
         assert minutes == min(math.ceil(cost.MARGIN * seconds / 60) + cost.START_MINUTES, cap), (dataset, method, k, e)
     assert asked["shakespeare", "fedavg", 10, 20] == cap  # days on a CPU: the cap
     assert 7 * 60 > asked["sent140", "fedavg", 10, 20] > 60  # hours, under the cap

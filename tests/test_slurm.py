@@ -106,12 +106,14 @@ def long_run_copy(path):
     return workdir
 
 
-def train_jobs(cluster_env):
-    """(SLURM job id, state, time limit) of every train job SLURM still lists (MinJobAge), in order."""
-    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%k|%T|%l"], env=cluster_env, check=True,
+def train_jobs(cluster_env, run_id=None):
+    """(SLURM job id, state, time limit) of every train job SLURM still lists (MinJobAge), in order;
+    with `run_id`, those of that Snakemake run only (its jobs' name)."""
+    out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i|%j|%k|%T|%l"], env=cluster_env, check=True,
                          capture_output=True, text=True).stdout
     rows = [line.split("|") for line in out.splitlines()]
-    return sorted(((int(i), state, limit) for i, comment, state, limit in rows if comment.startswith("rule_train")))
+    return sorted((int(i), state, limit) for i, name, comment, state, limit in rows
+                  if comment.startswith("rule_train") and run_id in (None, name))
 
 
 def run_processes(workdir):
@@ -167,8 +169,10 @@ class Driver:
         return self.saved_checkpoint()
 
     def wait_until_ended(self, job):
-        self.wait(f"end of job {job}", lambda: all(s not in ("RUNNING", "COMPLETING") for i, s, _ in train_jobs(self.env)
-                                                   if i == job))
+        def ended():
+            return all(state not in ("RUNNING", "COMPLETING") for i, state, _ in train_jobs(self.env) if i == job)
+
+        self.wait(f"end of job {job}", ended)
         self.logs.append((self.workdir / TRAIN_LOG).read_text())
 
 
@@ -179,8 +183,10 @@ def cut_run(slurm_cluster, tmp_path_factory):
     machine, uninterrupted, meanwhile."""
     root = tmp_path_factory.mktemp("cut")
     local = long_run_copy(root / "local")
+    # their output to files: a pipe nobody reads while the driver waits could fill and stall them
+    local_log, cluster_log = root / "local.out", root / "cluster.out"
     local_proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1", METRICS], cwd=local, env=env(),
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                  stdout=local_log.open("w"), stderr=subprocess.STDOUT)
     cluster = long_run_copy(root / "cluster")
     code, out = snakemake(cluster, "--cores", "1", "results/datasets/synthetic_1_1.h5")  # only training on SLURM
     assert code == 0, out
@@ -188,7 +194,7 @@ def cut_run(slurm_cluster, tmp_path_factory):
                              "--slurm-keep-successful-logs", "--slurm-init-seconds-before-status-checks", "5",
                              "--seconds-between-status-checks", "3", METRICS], cwd=cluster,
                             env={**slurm_cluster, "PYTHONPATH": env()["PYTHONPATH"]},
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=cluster_log.open("w"), stderr=subprocess.STDOUT)
     driver = Driver(cluster, slurm_cluster, proc)
     try:
         first = driver.running_job_that_saved(None)
@@ -198,14 +204,15 @@ def cut_run(slurm_cluster, tmp_path_factory):
         second = driver.running_job_that_saved(saved)
         driver.pause_run()  # past its checkpoint: SLURM cuts the job at its time limit
         driver.wait_until_ended(second)
-        out, _ = proc.communicate(timeout=max(driver.deadline - time.monotonic(), 1))
+        proc.wait(timeout=max(driver.deadline - time.monotonic(), 1))
     finally:
         if proc.poll() is None:
             proc.kill()
-    local_out, _ = local_proc.communicate(timeout=600)
-    assert local_proc.returncode == 0, local_out
+    assert local_proc.wait(timeout=600) == 0, local_log.read_text()
+    out = cluster_log.read_text()
+    run_id = re.search(r"SLURM run ID: (\S+)", out)[1]
     return dict(cluster=cluster, local=local, code=proc.returncode, out=out, first=first, second=second,
-                jobs=train_jobs(slurm_cluster), attempt_logs=driver.logs, env=slurm_cluster)
+                jobs=train_jobs(slurm_cluster, run_id), attempt_logs=driver.logs)
 
 
 def test_a_job_cut_at_its_time_limit_is_retried_and_resumes_to_a_local_runs_metrics(cut_run):

@@ -19,6 +19,10 @@ Full local gradients use at most 200 rows per device (fedsim.lstm). All figures 
 one CPU thread (training jobs compute on one torch thread whatever `threads` says), measured by
 `python -m fedsim cost --calibrate` (fedsim.calibration) or the DEFAULTS below.
 
+A training job asks the batch system for its run's estimate (the model above for the LSTM runs, seconds
+per device and epoch for the MCLR ones) with a margin, or `simulator.max_runtime` where lower; under
+that cap, the train rule's retries and checkpoint interval take a longer run through several jobs.
+
 Device sizes: the built dataset file's where it exists (its offsets, read with h5py), else the
 paper's Table 1 (mean and stdev of samples per device) as a lognormal over the config's `devices`,
 split by its `train_fraction`: an assumption, said in the printed line.
@@ -356,10 +360,11 @@ def check_max_runtime(cfg, plan, sizes_of, constants=None) -> None:
     for run, device, seconds in plan_seconds(cfg, plan, sizes_of, constants):
         round_s = seconds / max(int(run.rounds), 1)
         if device == "cpu" and MARGIN * round_s > USEFUL_SHARE * cap * 60:
-            raise ConfigError(["simulator", "max_runtime"], f"{cap} min is too short for a round of {run.dataset}'s {run.method} run (K {run.K}, E {run.E}), "
-                    f"estimated at {duration(round_s)} on a CPU core ({MARGIN:g}x that with the margin): its jobs "
-                    "would never reach a checkpoint; raise max_runtime, lower the epochs, or compute on a GPU "
-                    "(simulator.device: auto)")
+            raise ConfigError(["simulator", "max_runtime"],
+                              f"{cap} min is too short for a round of {run.dataset}'s {run.method} run (K {run.K}, "
+                              f"E {run.E}), estimated at {duration(round_s)} on a CPU core ({MARGIN:g}x that with the "
+                              "margin): its jobs would never reach a checkpoint; raise max_runtime, lower the epochs, "
+                              "or compute on a GPU (simulator.device: auto)")
 
 
 def gpu_visible() -> bool:
