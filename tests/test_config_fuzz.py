@@ -128,6 +128,8 @@ CASES = [
     ("device", at("simulator.device", "tpu"), "simulator.device", "is not one of"),
     ("init_number", at("simulator.init", 3), "simulator.init", "3 is not null or a path"),
     ("warm_text", at("simulator.warm_start", "yes"), "simulator.warm_start", "not of type 'boolean'"),
+    ("max_runtime_zero", at("simulator.max_runtime", 0), "simulator.max_runtime", "0 is less than the minimum of 1"),
+    ("max_runtime_text", at("simulator.max_runtime", "4h"), "simulator.max_runtime", "'4h' is not null (no cap) or minutes"),
     ("tuning_methods", at("tuning.methods", ["fedavg"]), "tuning.methods", "unknown key"),
     ("option_unknown_method", at("method_options.fedsgd", {"tau": 1.0}), "method_options.fedsgd", "unknown method"),
     ("option_unknown", at("method_options.feddane", {"decay": 1.0}), "method_options.feddane.decay",

@@ -178,3 +178,81 @@ def test_a_runs_own_estimate_per_round_is_the_workflows_for_that_run(tmp_path):
     assert cost.run_round_seconds(config, "synthetic", constants) is None  # no model for MCLR
     cuda = RunConfig(data=str(path), method="feddane", device="cuda")
     assert cost.run_round_seconds(cuda, "shakespeare", constants) is None  # nor for a GPU
+
+
+# ---------------------------------------------------------------------------------------
+# A training job's request: minutes, retries, checkpoints (tests/test_slurm.py runs them on SLURM)
+# ---------------------------------------------------------------------------------------
+
+def paper_sizes(cfg):
+    return lambda dataset: cost.dataset_sizes(cfg, dataset)
+
+
+def test_a_job_asks_for_its_estimate_with_a_margin_and_a_start_or_the_cap():
+    # 1 h estimated: 1.5 h with the margin, and 2 minutes to start
+    assert cost.requested_minutes(3600) == 90 + 2
+    assert cost.job_minutes(3600, None) == 92 and cost.job_minutes(3600, 60) == 60 and cost.job_minutes(3600, 120) == 92
+    assert cost.requested_minutes(1) == 1 + 2  # a second of work still asks a whole minute
+
+
+def test_an_mclr_run_costs_seconds_per_device_and_epoch():
+    cfg = load_config()
+    args = dict(method="feddane", k=10, epochs=20, rounds=200, sizes_of=None)
+    seconds = cost.train_seconds(cfg, "synthetic_1_1", theory=False, **args)
+    assert seconds == pytest.approx(200 * 20 * 10 * cost.MCLR_DEVICE_EPOCH_S["synthetic"])
+    assert cost.train_seconds(cfg, "synthetic_1_1", theory=True, **args) == pytest.approx(3 * seconds)
+
+
+def test_an_lstm_jobs_estimate_is_the_printed_one():
+    """The request comes from the estimate the workflow prints (plan_costs), run by run."""
+    cfg = load_config("config/paper.yaml")
+    plan = experiments.plan(cfg)
+    printed = {c.dataset: sorted(c.seconds) for c in cost.plan_costs(cfg, plan)}
+    per_job = {}
+    for run, device, seconds in cost.plan_seconds(cfg, plan, paper_sizes(cfg)):
+        per_job.setdefault(run.dataset, []).append(seconds)
+    for dataset in ("sent140", "shakespeare"):
+        assert sorted(per_job[dataset]) == pytest.approx(printed[dataset])
+    # the paper's Shakespeare run (40 rounds, K 10, E 20) asks for days, not minutes
+    longest = cost.requested_minutes(max(per_job["shakespeare"]))
+    assert longest > 3 * 24 * 60
+
+
+def test_retries_take_the_longest_run_through_jobs_of_at_most_the_cap():
+    cfg = load_config("config/paper.yaml")
+    plan = experiments.plan(cfg)
+    assert cost.train_retries(cfg, plan, paper_sizes(cfg)) is None  # no cap: the profile's count
+    cfg["simulator"]["max_runtime"] = 240
+    retries = cost.train_retries(cfg, plan, paper_sizes(cfg))
+    longest = max(seconds for _, _, seconds in cost.plan_seconds(cfg, plan, paper_sizes(cfg)))
+    jobs = retries + 1 - cost.SPARE_RETRIES
+    # those jobs, each advancing the run by USEFUL_SHARE of 240 minutes, cover its request; one fewer does not
+    assert jobs * cost.USEFUL_SHARE * 240 >= cost.requested_minutes(longest) > (jobs - 1) * cost.USEFUL_SHARE * 240
+    assert cost.SPARE_RETRIES >= 1
+    cfg["simulator"]["max_runtime"] = 10 ** 6  # a cap above every run: one job each, and the spares
+    assert cost.train_retries(cfg, plan, paper_sizes(cfg)) == cost.SPARE_RETRIES
+
+
+def test_a_cpu_round_longer_than_the_cap_stops_planning_in_one_line():
+    cfg = load_config("config/paper.yaml")
+    plan = experiments.plan(cfg)
+    cfg["simulator"]["max_runtime"] = 240
+    cost.check_max_runtime(cfg, plan, paper_sizes(cfg))  # device auto: the LSTM runs on a GPU, unmeasured
+    cfg["simulator"]["device"] = "cpu"  # a Shakespeare round at E 20 takes hours on a CPU core
+    with pytest.raises(experiments.ConfigError) as err:
+        cost.check_max_runtime(cfg, plan, paper_sizes(cfg))
+    line = str(err.value)
+    assert line.startswith("Config error at simulator.max_runtime: 240 min is too short for a round of shakespeare")
+    assert "\n" not in line
+    cfg["simulator"]["max_runtime"] = None
+    cost.check_max_runtime(cfg, plan, paper_sizes(cfg))
+    cfg["simulator"]["max_runtime"] = 48 * 60  # a 48-hour partition holds a Shakespeare round
+    cost.check_max_runtime(cfg, plan, paper_sizes(cfg))
+
+
+def test_a_capped_job_checkpoints_before_its_cut():
+    from fedsim.settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+
+    assert cost.job_checkpoints(None) == (CHECKPOINT_EVERY, CHECKPOINT_SECONDS)  # fedsim's defaults
+    # under a cap, at every round boundary past a tenth of the cap (or the default's 30 s)
+    assert cost.job_checkpoints(1) == (1, 6) and cost.job_checkpoints(240) == (1, CHECKPOINT_SECONDS)

@@ -12,6 +12,7 @@ import csv
 import hashlib
 import json
 import math
+import re
 from pathlib import Path
 
 import h5py
@@ -245,3 +246,40 @@ def test_only_the_femnist_panels_of_the_paper(tmp_path):
                                                                      ("figure3", "femnist", "100")}
     counts = job_counts(out)
     assert counts["download"] == 1 and "prepare_sent140" not in counts and "prepare_shakespeare" not in counts
+
+
+def test_paper_lstm_jobs_ask_for_their_cost_estimate_or_max_runtime(tmp_path):
+    """Each LSTM training job's `runtime` is its run's printed cost estimate (fedsim.cost) with the
+    margin, or max_runtime where that is lower: days for Shakespeare on a CPU, not minutes."""
+    from fedsim import experiments
+    from fedsim.configcheck import check_config, load_schema
+
+    work = copy_workflow(tmp_path / "wf", with_src=True)
+    cap = 100 * 60
+    code, out = snakemake(work, "-n", "--verbose", "--configfile", "config/paper.yaml",
+                          "--config", f"simulator={{max_runtime: {cap}}}")
+    assert code == 0, out[-3000:]
+    def merge(a, b):  # as Snakemake layers config files: maps merge, the rest replaces
+        if isinstance(a, dict) and isinstance(b, dict):
+            return {**a, **{k: merge(a.get(k), v) for k, v in b.items()}}
+        return b
+
+    cfg = merge(*(yaml.safe_load((work / "config" / name).read_text()) for name in ("config.yaml", "paper.yaml")))
+    check_config(cfg, load_schema(work / "workflow/schemas/config.schema.yaml"), work)
+    jobs = re.findall(r"rule train:\n(?:    .*\n)*?    wildcards: (.*)\n    resources: (.*)\n", out)
+    asked = {}
+    for wildcards, resources in jobs:
+        w = dict(item.split("=", 1) for item in wildcards.split(", "))
+        if cfg["datasets"][w["dataset"]]["kind"] in cost.LSTM_KINDS:
+            asked[w["dataset"], w["method"], int(w["K"]), int(w["E"])] = int(re.search(r"runtime=(\d+)", resources)[1])
+    assert {dataset for dataset, *_ in asked} == {"sent140", "shakespeare"}
+    for (dataset, method, k, e), minutes in asked.items():
+        seconds = cost.train_seconds(cfg, dataset, method=method, k=k, epochs=e,
+                                     rounds=cfg["datasets"][dataset]["rounds"], theory=False,
+                                     sizes_of=lambda name: cost.dataset_sizes(cfg, name))
+        assert minutes == min(math.ceil(cost.MARGIN * seconds / 60) + cost.START_MINUTES, cap), (dataset, method, k, e)
+    assert asked["shakespeare", "fedavg", 10, 20] == cap  # days on a CPU: the cap
+    assert 7 * 60 > asked["sent140", "fedavg", 10, 20] > 60  # hours, under the cap
+    # the estimate is the printed one: the longest Shakespeare run, in days
+    printed = {c.dataset: c for c in cost.plan_costs(cfg, experiments.plan(cfg))}
+    assert f"longest {cost.duration(printed['shakespeare'].longest_s)}" in out

@@ -19,6 +19,10 @@ Full local gradients use at most 200 rows per device (fedsim.models._lstm). All 
 one CPU thread (training jobs compute on one torch thread whatever `threads` says), measured by
 `python -m fedsim cost --calibrate` (fedsim.calibration) or the DEFAULTS below.
 
+A training job asks the batch system for its run's estimate (the model above for the LSTM runs, seconds
+per device and epoch for the MCLR ones) with a margin, or `simulator.max_runtime` where lower; under
+that cap, the train rule's retries and checkpoint interval take a longer run through several jobs.
+
 Device sizes: the built dataset file's where it exists (its offsets, read with h5py), else the
 paper's Table 1 (mean and stdev of samples per device) as a lognormal over the config's `devices`,
 split by its `train_fraction`: an assumption, said in the printed line.
@@ -35,9 +39,10 @@ from statistics import NormalDist
 
 import numpy as np
 
-from .experiments import LSTM_KINDS, RUN_FIELDS
+from .experiments import LSTM_KINDS, RUN_FIELDS, ConfigError
 from .jobs import train_device
 from .methods import ENTRIES
+from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 from .steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.cost.local_steps as before)
 
 # CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`,
@@ -238,28 +243,128 @@ def load_constants(path=None) -> tuple[dict, str]:
 # The plan's LSTM runs
 # ---------------------------------------------------------------------------------------
 
+def lstm_run_cost(cfg, dataset, sizes: Sizes, constants, *, method, k, epochs, rounds) -> RunCost:
+    """One run of the workflow on an LSTM dataset: the model above with the dataset entry's batch
+    size and eval_devices, the simulator's selection and the method's gradient exchange."""
+    entry = cfg["datasets"][dataset]
+    return run_cost(sizes, rounds=rounds, k=k, epochs=epochs, batch_size=int(entry["batch_size"]),
+                    consts=constants[entry["kind"]], gradients=ENTRIES[method].method.gradients,
+                    eval_devices=entry.get("eval_devices"), selection=cfg["simulator"]["selection"])
+
+
 def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> list[DatasetCost]:
     """Estimated cost of the plan's runs on each LSTM dataset (runs two experiments share count once)."""
     constants = constants or DEFAULTS
     lstm = [d for d in dict.fromkeys(plan["dataset"]) if cfg["datasets"][d]["kind"] in LSTM_KINDS]
     out = []
     for dataset in lstm:
-        entry = cfg["datasets"][dataset]
         sizes = dataset_sizes(cfg, dataset, dataset_path(dataset))
         runs = plan[plan["dataset"] == dataset].drop_duplicates(list(RUN_FIELDS))
         cost = DatasetCost(dataset, len(runs), sizes_source=sizes.source, device=train_device(cfg, dataset))
         total = RunCost(0.0, 0.0, 0.0)
         for run in runs.itertuples(index=False):
-            rc = run_cost(sizes, rounds=int(run.rounds), k=int(run.K), epochs=int(run.E),
-                          batch_size=int(entry["batch_size"]), consts=constants[entry["kind"]],
-                          gradients=ENTRIES[run.method].method.gradients, eval_devices=entry.get("eval_devices"),
-                          selection=cfg["simulator"]["selection"])
+            rc = lstm_run_cost(cfg, dataset, sizes, constants, method=run.method, k=int(run.K), epochs=int(run.E),
+                               rounds=int(run.rounds))
             cost.rounds.append(int(run.rounds))
             cost.seconds.append(rc.total_s)
             total = RunCost(total.train_s + rc.train_s, total.grads_s + rc.grads_s, total.eval_s + rc.eval_s)
         cost.parts = total
         out.append(cost)
     return out
+
+
+# ---------------------------------------------------------------------------------------
+# A training job's request: its minutes, its retries, its checkpoints
+# ---------------------------------------------------------------------------------------
+
+# MCLR runs (synthetic, FEMNIST, JSON feature vectors) take seconds to minutes: their model is seconds
+# per selected device and local epoch, evaluation included, measured with FedDANE (the slowest of
+# FedAvg, SCAFFOLD, FedDANE) on this machine's CPU (2026-11-26, shared): the default synthetic sets
+# ~0.23 ms; a synthetic set with FEMNIST's 784 features ~0.8 ms (FEMNIST and JSON sets: that, rounded up).
+MCLR_DEVICE_EPOCH_S = {"synthetic": 0.00025, "femnist": 0.001, "json": 0.001}
+THEORY_FACTOR = 3       # a run logging the theorems' constants (`theory: true`) takes up to ~2.4x
+MARGIN = 1.5            # on the estimate: another machine, a busy node, a cold file cache
+START_MINUTES = 2       # Python, torch and the dataset loaded, before round 0
+CHECKPOINTS_PER_JOB = 10  # a capped job saves at least every tenth of its minutes
+SPARE_RETRIES = 2       # a capped run's retries beyond its jobs: a lost node, a preemption, a cancel
+USEFUL_SHARE = 0.8      # of a capped job's minutes, what advances its run: not its start, nor the
+                        # work since its last checkpoint (at most a tenth and a round) that its cut loses
+
+
+def train_seconds(cfg, dataset, *, method, k, epochs, rounds, theory, sizes_of, constants=None) -> float:
+    """The estimate of one training run of the workflow on one CPU core: the LSTM model above on
+    Sent140 and Shakespeare (`sizes_of(dataset)`: dataset_sizes'), MCLR_DEVICE_EPOCH_S on the others."""
+    kind = cfg["datasets"][dataset]["kind"]
+    if kind in LSTM_KINDS:
+        seconds = lstm_run_cost(cfg, dataset, sizes_of(dataset), constants or DEFAULTS, method=method, k=k,
+                                epochs=epochs, rounds=rounds).total_s
+    else:
+        seconds = rounds * epochs * k * MCLR_DEVICE_EPOCH_S[kind]
+    return seconds * (THEORY_FACTOR if theory else 1)
+
+
+def requested_minutes(seconds: float) -> int:
+    """Minutes a job asks for a run estimated at `seconds`, without a cap: the margin and the start."""
+    return math.ceil(MARGIN * seconds / 60) + START_MINUTES
+
+
+def job_minutes(seconds: float, cap: int | None) -> int:
+    """A training job's `runtime` request: requested_minutes, or `cap` (max_runtime) where lower."""
+    return min(requested_minutes(seconds), cap) if cap else requested_minutes(seconds)
+
+
+def jobs_needed(seconds: float, cap: int) -> int:
+    """Jobs of at most `cap` minutes that take a run of `seconds` to its end, each continuing from
+    the last one's checkpoint and advancing it by USEFUL_SHARE of its minutes."""
+    return math.ceil(requested_minutes(seconds) / (USEFUL_SHARE * cap))
+
+
+def job_checkpoints(cap: int | None) -> tuple[int, int]:
+    """A training job's (--checkpoint-every, --checkpoint-seconds): fedsim's defaults without a cap;
+    under one, the first round boundary once the default's seconds, or a tenth of the cap where
+    shorter, have passed, so that a job cut at its limit has saved (every 10 rounds would never save
+    a run of 40 hour-long rounds; a model's few MB every 30 s cost nothing)."""
+    seconds = math.ceil(CHECKPOINT_SECONDS)
+    if cap is None:
+        return CHECKPOINT_EVERY, seconds
+    return 1, min(seconds, math.ceil(cap * 60 / CHECKPOINTS_PER_JOB))
+
+
+def plan_seconds(cfg, plan, sizes_of, constants=None) -> list[tuple]:
+    """(run, its device, its estimate in seconds) of each of the plan's runs (once where two
+    experiments share it); `sizes_of(dataset)`: dataset_sizes' for the LSTM datasets."""
+    return [(run, train_device(cfg, run.dataset),
+             train_seconds(cfg, run.dataset, method=run.method, k=int(run.K), epochs=int(run.E), rounds=int(run.rounds),
+                           theory=bool(run.theory), sizes_of=sizes_of, constants=constants))
+            for run in plan.drop_duplicates(list(RUN_FIELDS)).itertuples(index=False)]
+
+
+def train_retries(cfg, plan, sizes_of, constants=None) -> int | None:
+    """The train rule's retries under `simulator.max_runtime`: those taking the plan's longest run
+    through its jobs (jobs_needed - 1), and SPARE_RETRIES; None without a cap."""
+    cap = cfg["simulator"]["max_runtime"]
+    if cap is None:
+        return None
+    needed = max((jobs_needed(seconds, cap) for _, _, seconds in plan_seconds(cfg, plan, sizes_of, constants)),
+                 default=1)
+    return needed - 1 + SPARE_RETRIES
+
+
+def check_max_runtime(cfg, plan, sizes_of, constants=None) -> None:
+    """Raise ConfigError where a CPU run's round, with the margin, is longer than what a job of
+    `simulator.max_runtime` minutes can spend on it (USEFUL_SHARE): such a run never reaches a
+    checkpoint, so no number of retries takes it further."""
+    cap = cfg["simulator"]["max_runtime"]
+    if cap is None:
+        return
+    for run, device, seconds in plan_seconds(cfg, plan, sizes_of, constants):
+        round_s = seconds / max(int(run.rounds), 1)
+        if device == "cpu" and MARGIN * round_s > USEFUL_SHARE * cap * 60:
+            raise ConfigError(["simulator", "max_runtime"],
+                              f"{cap} min is too short for a round of {run.dataset}'s {run.method} run (K {run.K}, "
+                              f"E {run.E}), estimated at {duration(round_s)} on a CPU core ({MARGIN:g}x that with the "
+                              "margin): its jobs would never reach a checkpoint; raise max_runtime, lower the epochs, "
+                              "or compute on a GPU (simulator.device: auto)")
 
 
 def gpu_visible() -> bool:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from . import atomic
 from .experiments import (BUILT_KINDS, RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings,
-                          tag_rounds, trains_mclr)
+                          trains_mclr)
 from .methods import ENTRIES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
@@ -185,12 +185,6 @@ def train_gpus(cfg, dataset) -> int:
 
 def train_mem_mb(cfg, dataset) -> int:
     return 8192 if cfg["datasets"][dataset]["kind"] in BUILT_KINDS else 2048
-
-
-def train_runtime(cfg, dataset, T, E, K, theory) -> int:
-    """Minutes a run may take; generous: a 200-round, E = 20, K = 10 synthetic run takes about 15 s
-    on one CPU core, and the time grows with rounds x E x K (x 3 logging the theory)."""
-    return 5 + tag_rounds(cfg, dataset, T) * int(E) * int(K) * (3 if theory else 1) // 4000
 
 
 def json_inputs(cfg, dataset) -> dict:

@@ -246,11 +246,11 @@ check_report_has_a_run()
 # ---- Per-rule arguments and resources (fedsim.jobs), bound to this config
 
 (synthetic_args, leaf_args, json_args, json_inputs, dirichlet_args, raw_file, fetch_inputs, fetch_args, init_files,
- run_args, eval_args, train_device, train_gpus, train_mem_mb, train_runtime, method_options_text) = (
+ run_args, eval_args, train_device, train_gpus, train_mem_mb, method_options_text) = (
     partial(getattr(jobs, name), config) for name in (
         "synthetic_args", "leaf_args", "json_args", "json_inputs", "dirichlet_args", "raw_file", "fetch_inputs",
         "fetch_args", "init_files", "run_args", "eval_args", "train_device", "train_gpus", "train_mem_mb",
-        "train_runtime", "method_options_text"))
+        "method_options_text"))
 
 
 def leaf_raw_inputs(dataset):
@@ -318,7 +318,17 @@ def metrics_of(runs):
     return lambda wildcards: metrics_paths(runs(wildcards))
 
 
-# ---- The LSTM cost estimate, the jobs' launcher, and the wildcards' constraints
+# ---- The cost estimate (fedsim.cost): printed at start, and what each training job asks for
+
+COST_CONSTANTS, COST_SOURCE = cost.load_constants(results("benchmarks", cost.CALIBRATION_FILE))
+MAX_RUNTIME = config["simulator"]["max_runtime"]  # minutes, the site's; None: no cap
+
+
+@cache
+def dataset_sizes(dataset):
+    """An LSTM dataset's device sizes: its built file's, else the paper's Table 1 (fedsim.cost)."""
+    return cost.dataset_sizes(config, dataset, dataset_path(dataset))
+
 
 def print_cost_estimate():
     """The LSTM datasets' estimated cost (fedsim.cost), on stderr before any job (`snakemake -n`
@@ -326,12 +336,28 @@ def print_cost_estimate():
     LSTM datasets; nothing in the jobs' own processes (cluster jobs re-read the Snakefile)."""
     if not workflow.is_main_process:
         return
-    constants, source = cost.load_constants(results("benchmarks", cost.CALIBRATION_FILE))
-    for line in cost.report_lines(cost.plan_costs(config, PLAN, dataset_path, constants), source):
+    for line in cost.report_lines(cost.plan_costs(config, PLAN, dataset_path, COST_CONSTANTS), COST_SOURCE):
         print(line, file=sys.stderr)
 
 
+def train_runtime(dataset, method, K, E, T, theory):
+    """A training job's minutes: its run's estimate with a margin, or max_runtime where lower."""
+    seconds = cost.train_seconds(config, dataset, method=method, k=int(K), epochs=int(E), rounds=tag_rounds(dataset, T),
+                                 theory=bool(theory), sizes_of=dataset_sizes, constants=COST_CONSTANTS)
+    return cost.job_minutes(seconds, MAX_RUNTIME)
+
+
+try:  # a CPU round longer than a capped job: one line, before any job
+    cost.check_max_runtime(config, PLAN, dataset_sizes, COST_CONSTANTS)
+except ConfigError as err:
+    sys.exit(str(err))
 print_cost_estimate()
+# Under max_runtime, the train rule's retries: those that take the longest run through its jobs, and
+# spares; without a cap (None), the profile's `retries` (the rule's own count replaces it).
+TRAIN_RETRIES = cost.train_retries(config, PLAN, dataset_sizes, COST_CONSTANTS)
+# A capped job checkpoints often enough to save before its cut; execution only (no bit changes),
+# so resources, not params: changing them reruns nothing.
+TRAIN_CHECKPOINT_EVERY, TRAIN_CHECKPOINT_SECONDS = cost.job_checkpoints(MAX_RUNTIME)
 # Jobs call fedsim through its warm launcher (fedsim.warm: one process imports torch once and
 # forks a child per job); FEDSIM_WARM=0, inherited by the jobs, makes every job a fresh process.
 # Not a param: it changes no result, so switching it reruns nothing.

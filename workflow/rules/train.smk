@@ -1,5 +1,8 @@
 # Training: one job per (dataset, method, mu or the method's tuned option, K, E, rounds tag, theory tag, seed).
-# A job killed mid-run (walltime, lost node) continues from its checkpoint when rerun.
+# A job killed mid-run (walltime, lost node) continues from its checkpoint when rerun or retried: the
+# checkpoint is a param, not an output, so Snakemake's cleanup of a failed job keeps it. Its runtime is
+# the run's cost estimate with a margin, or simulator.max_runtime where lower; then `retries` (common.smk)
+# takes the run through as many jobs as it needs.
 # lr, batch size, the dataset's rounds, selection, second subset, the method's fedsim name and
 # correction term, rng, the init file's path, device, eval_devices and load are params (the init
 # file itself an input): changing one of them reruns the runs it touches. Threads are not: a CPU run gives the same result
@@ -30,10 +33,13 @@ rule train:
     conda:
         "../envs/fedsim.yaml"
     threads: config["simulator"]["threads"]
+    retries: TRAIN_RETRIES
     resources:
         mem_mb=lambda wildcards: train_mem_mb(wildcards.dataset),
-        runtime=lambda w: train_runtime(w.dataset, w.T, w.E, w.K, w.theory),
+        runtime=lambda w: train_runtime(w.dataset, w.method, w.K, w.E, w.T, w.theory),
         gpu=lambda wildcards: train_gpus(wildcards.dataset),
+        checkpoint_every=TRAIN_CHECKPOINT_EVERY,
+        checkpoint_seconds=TRAIN_CHECKPOINT_SECONDS,
     log:
         log_path("train", run_stem()),
     benchmark:
@@ -46,5 +52,6 @@ rule train:
         " --seed {wildcards.seed} --selection {params.selection}"
         " --second-subset {params.second_subset}"
         " --device {params.device} --threads {threads} {params.eval_args} {params.theory}"
-        " --checkpoint {params.checkpoint}"
+        " --checkpoint {params.checkpoint} --checkpoint-every {resources.checkpoint_every}"
+        " --checkpoint-seconds {resources.checkpoint_seconds}"
         " --metrics {output.metrics} --info {output.info} > {log} 2>&1"
