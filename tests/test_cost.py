@@ -203,6 +203,16 @@ def test_an_mclr_run_costs_seconds_per_device_and_epoch():
     assert cost.train_seconds(cfg, "synthetic_1_1", theory=True, **args) == pytest.approx(3 * seconds)
 
 
+def test_a_cnn_run_and_the_built_image_kinds_have_estimates():
+    """A dataset entry of another model is priced as that model; MCLR on a built kind as FEMNIST."""
+    cfg = load_config()
+    args = dict(method="fedavg", k=10, epochs=1, rounds=50, theory=False, sizes_of=None)
+    cfg["datasets"]["synthetic_1_1"]["model"] = "cnn"
+    assert cost.train_seconds(cfg, "synthetic_1_1", **args) == pytest.approx(50 * 10 * cost.CNN_DEVICE_EPOCH_S)
+    cfg["datasets"]["pool"] = {"kind": "dirichlet"}
+    assert cost.train_seconds(cfg, "pool", **args) == pytest.approx(50 * 10 * cost.MCLR_DEVICE_EPOCH_S["femnist"])
+
+
 def test_an_lstm_jobs_estimate_is_the_printed_one():
     """The request comes from the estimate the workflow prints (plan_costs), run by run."""
     cfg = load_config("config/paper.yaml")

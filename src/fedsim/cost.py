@@ -39,7 +39,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from .experiments import LSTM_KINDS, RUN_FIELDS, ConfigError
+from .experiments import LSTM_KINDS, RUN_FIELDS, ConfigError, trains_mclr
 from .jobs import train_device
 from .methods import ENTRIES
 from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
@@ -281,7 +281,11 @@ def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> lis
 # per selected device and local epoch, evaluation included, measured with FedDANE (the slowest of
 # FedAvg, SCAFFOLD, FedDANE) on this machine's CPU (2026-11-26, shared): the default synthetic sets
 # ~0.23 ms; a synthetic set with FEMNIST's 784 features ~0.8 ms (FEMNIST and JSON sets: that, rounded up).
-MCLR_DEVICE_EPOCH_S = {"synthetic": 0.00025, "femnist": 0.001, "json": 0.001}
+MCLR_DEVICE_EPOCH_S = {"synthetic": 0.00025, "femnist": 0.001, "json": 0.001}  # other kinds: FEMNIST's
+# A CNN run (a dataset entry's `model: cnn`): LEAF's FEMNIST CNN, ~100 Mflop a sample's SGD step
+# (benchmarks/cnn_round.py) at ~20 Gflop/s on one core, over a FEMNIST writer's ~230 samples, and
+# the evaluation's forward passes: an upper bound until a calibration measures it.
+CNN_DEVICE_EPOCH_S = 2.0
 THEORY_FACTOR = 3       # a run logging the theorems' constants (`theory: true`) takes up to ~2.4x
 MARGIN = 1.5            # on the estimate: another machine, a busy node, a cold file cache
 START_MINUTES = 2       # Python, torch and the dataset loaded, before round 0
@@ -293,13 +297,16 @@ USEFUL_SHARE = 0.8      # of a capped job's minutes, what advances its run: not 
 
 def train_seconds(cfg, dataset, *, method, k, epochs, rounds, theory, sizes_of, constants=None) -> float:
     """The estimate of one training run of the workflow on one CPU core: the LSTM model above on
-    Sent140 and Shakespeare (`sizes_of(dataset)`: dataset_sizes'), MCLR_DEVICE_EPOCH_S on the others."""
+    Sent140 and Shakespeare (`sizes_of(dataset)`: dataset_sizes'), CNN_DEVICE_EPOCH_S for a CNN,
+    MCLR_DEVICE_EPOCH_S on the others."""
     kind = cfg["datasets"][dataset]["kind"]
     if kind in LSTM_KINDS:
         seconds = lstm_run_cost(cfg, dataset, sizes_of(dataset), constants or DEFAULTS, method=method, k=k,
                                 epochs=epochs, rounds=rounds).total_s
+    elif not trains_mclr(cfg, dataset):
+        seconds = rounds * epochs * k * CNN_DEVICE_EPOCH_S
     else:
-        seconds = rounds * epochs * k * MCLR_DEVICE_EPOCH_S[kind]
+        seconds = rounds * epochs * k * MCLR_DEVICE_EPOCH_S.get(kind, MCLR_DEVICE_EPOCH_S["femnist"])
     return seconds * (THEORY_FACTOR if theory else 1)
 
 
