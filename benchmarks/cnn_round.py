@@ -4,8 +4,10 @@
                                    [--threads 1] [--repeats 3] [--device auto] [--small]
 
 The same K devices, the same mini-batches (fedsim's plans, `engine.batch_plan`), three ways:
-- batched: fedsim's general local-step rule, all K devices as one stacked computation (their
-  images as channel groups of one grouped convolution, the dense layers as batched matmuls);
+- batched: fedsim's general local-step rule as the run takes it (on a CPU the CNN's devices one at
+  a time: CNN.stacks_on);
+- stacked: the same rule with all K devices as one stacked computation (their images as channel
+  groups of one grouped convolution, the dense layers as batched matmuls), what a GPU runs;
 - loop: fedsim's per-device oracle (functional model, torch.autograd.grad per step);
 - torch: what a user would write by hand, one `nn.Module` and one `optim.SGD` per device.
 Images are random 28x28 in [0, 1], 62 classes; device sizes drawn uniformly in [N/2, 3N/2] (LEAF's
@@ -35,7 +37,8 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedsim.engine import Clients, SGDSettings, batch_plan, local_sgd_batched, local_sgd_loop  # noqa: E402
+from fedsim.engine import (Clients, SGDSettings, _local_sgd_stacked, batch_plan, local_sgd_batched,  # noqa: E402
+                           local_sgd_loop)
 from fedsim.methods import LocalProblem  # noqa: E402
 from fedsim.models.cnn import CNN  # noqa: E402
 from peak import fma_peak  # noqa: E402
@@ -103,8 +106,8 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--small", action="store_true", help="LeNet-5-sized: channels (6, 16), hidden 120")
-    parser.add_argument("--engines", nargs="+", default=["batched", "loop", "torch"],
-                        choices=["batched", "loop", "torch"])
+    parser.add_argument("--engines", nargs="+", default=["batched", "stacked", "loop", "torch"],
+                        choices=["batched", "stacked", "loop", "torch"])
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -119,7 +122,7 @@ def main(argv=None):
     params = model.init(torch.Generator().manual_seed(0)).to(device)
     settings = SGDSettings(lr=0.05, epochs=args.epochs, batch_size=args.batch_size, seed=0)
     call = (model, params, LocalProblem(mu=0.0, correction=None), clients, np.arange(args.clients), settings, 0)
-    engines = {"batched": local_sgd_batched, "loop": local_sgd_loop, "torch": torch_loop}
+    engines = {"batched": local_sgd_batched, "stacked": _local_sgd_stacked, "loop": local_sgd_loop, "torch": torch_loop}
     seconds = {name: timed(engines[name], *call, repeats=args.repeats) for name in args.engines}
     flops = training_flops(model) * args.epochs * n
     print(f"CNN {model.layout.size:,} parameters: K={args.clients} E={args.epochs} B={args.batch_size} "

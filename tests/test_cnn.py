@@ -90,9 +90,13 @@ def test_a_stack_of_devices_equals_each_device_alone():
         torch.testing.assert_close(grads[k], expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("stacked", [False, True])
 @pytest.mark.parametrize("batch_size", [1, 4, 20])
-def test_batched_engine_equals_the_per_device_loop(batch_size):
-    """A whole round on ragged devices, proximal and correction terms on."""
+def test_batched_engine_equals_the_per_device_loop(batch_size, stacked, monkeypatch):
+    """A whole round on ragged devices, proximal and correction terms on: the general rule one device
+    at a time (the CNN on a CPU) and as one stack (on a GPU; here forced on the CPU)."""
+    if stacked:
+        monkeypatch.setattr(CNN, "stacks_on", ("cpu", "cuda"))
     model = small_cnn()
     params = model.init(torch.Generator().manual_seed(1), torch.float64)
     x, y = images(model, sum(SIZES), seed=3)

@@ -172,12 +172,26 @@ def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, de
     The same plans and update rule as the loop, w <- w - lr (g + c_k + mu (w - w0)) with g the
     batch gradient (minus the same batch's at the anchor, for Mime). The K models are stacked
     (K, *params.shape), longest plan first; each step gathers the active devices' batches
-    (active, B, ...) and gets their gradients from the model's stacked_grads. A padded slot
+    (active, B, ...) and gets their gradients from the model's stacked_grads (on a device type where
+    the model does not declare that stacking pays, `stacks_on`, one device at a time). A padded slot
     (sentinel row) weighs 0 and the others 1 / (real samples in the batch): each device's
     batch-mean loss.
     """
     require_fields(problem, GENERAL_FIELDS, "the batched engine")
     devices = np.asarray(devices, dtype=np.int64)
+    if params.device.type not in model.stacks_on:  # the same rule, a stack of one device at a time
+        return torch.cat([_local_sgd_stacked(model, params, _one_device(problem, j), clients, devices[j:j + 1],
+                                             settings, round_) for j in range(len(devices))])
+    return _local_sgd_stacked(model, params, problem, clients, devices, settings, round_)
+
+
+def _one_device(problem: LocalProblem, j: int) -> LocalProblem:
+    """The part of `problem` that solver j solves (its row of the correction)."""
+    return problem if problem.correction is None else dataclasses.replace(problem,
+                                                                          correction=problem.correction[j:j + 1])
+
+
+def _local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
     rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
     lr, mu = settings.lr, problem.mu
     stacked = params.expand(len(devices), *params.shape).clone()

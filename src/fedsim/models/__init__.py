@@ -12,6 +12,8 @@ A model module ends with `MODEL = <its class>`, a subclass of `Model` that decla
     kinds           the dataset kinds it serves (the HDF5 file's `kind` attribute; `serves`)
     accelerators    engines besides the general torch rule that run it, by name
                     (fedsim.engine.ACCELERATORS: "kernel", the compiled MCLR loop on the CPU)
+    stacks_on       the device types on which the general rule trains a round's devices as one
+                    stacked computation; elsewhere it takes them one at a time (faster there)
     linear_softmax  one linear layer and a softmax: the closed forms (local Hessians, the bias
                     gradient) that the MCLR-only methods and the theorems' constants use
     build(dataset, dtype, device)   the model of one dataset file (a classmethod)
@@ -21,8 +23,10 @@ and implements, on an instance,
     init(generator, dtype) -> params           a seeded initial model
     input_layout(dtype) -> (width, dtype)      one sample as model input, as stored per row
     prepare_inputs(x, out=None)                rows as the file holds them -> model input
-    logits(params, x)                          the outputs; params and inputs may share
-                                               leading device dims: (..., P) and (..., B, ...)
+    forward(p, x)                              the outputs from the parameters' named views `p`
+                                               (its `layout` cuts params into them); params and
+                                               inputs may share leading device dims: (..., P) and
+                                               (..., B, ...). (MCLR, one matrix, gives `logits`.)
     losses(logits, y), hits(logits, y)         per sample: the loss, and whether it is right
 
 The rest has defaults here that a model may replace with a faster form of the same numbers:
@@ -54,7 +58,9 @@ class Model:
     label: str
     kinds: tuple[str, ...] = ()
     accelerators: tuple[str, ...] = ()
+    stacks_on: tuple[str, ...] = ("cpu", "cuda")
     linear_softmax = False
+    layout: Layout | None = None  # the named tensors a flat parameter vector holds
     floats_per_sample = 1   # activations one sample's forward pass keeps: bounds the chunks below
 
     @classmethod
@@ -74,8 +80,11 @@ class Model:
     def prepare_inputs(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
 
-    def logits(self, params, x) -> torch.Tensor:
+    def forward(self, p: dict, x) -> torch.Tensor:
         raise NotImplementedError
+
+    def logits(self, params, x) -> torch.Tensor:
+        return self.forward(self.layout.views(params), x)
 
     def losses(self, logits, y) -> torch.Tensor:
         raise NotImplementedError
@@ -110,12 +119,14 @@ class Model:
     def stacked_grads(self, stacked, x, y, weight) -> torch.Tensor:
         """Gradients of sum_b weight[k, b] loss(stacked[k]; x[k, b], y[k, b]), per device: (K, *shape).
         Each device's loss touches only its own slice of the stack, so one backward of the sum gives
-        every device's own gradient."""
-        leaf = stacked.detach().clone().requires_grad_(True)
+        every device's own gradient. The backward runs to each named tensor, not to the flat vector:
+        a view's backward would write a zero-filled copy of the whole vector per tensor (for the
+        CNN's 6.6M parameters, most of a step's time)."""
         with torch.enable_grad():
-            loss = (self.sample_losses(leaf, x, y) * weight).sum()
-            (grad,) = torch.autograd.grad(loss, leaf)
-        return grad
+            parts = {name: view.detach().requires_grad_(True) for name, view in self.layout.views(stacked).items()}
+            loss = (self.losses(self.forward(parts, x), y) * weight).sum()
+            grads = torch.autograd.grad(loss, list(parts.values()))
+        return torch.cat([g.flatten(stacked.dim() - 1) for g in grads], -1)
 
     def gradient_rows(self, sizes: np.ndarray) -> np.ndarray:
         """How many of each device's first rows its full local gradient reads: all of them."""

@@ -24,8 +24,7 @@ class CharLSTM(LSTMModel):
     def build(cls, dataset, dtype, device) -> "CharLSTM":
         return cls(num_classes=dataset.num_classes, seq_len=int(dataset.feature_shape[0]))
 
-    def logits(self, params, x) -> torch.Tensor:
-        p = self.layout.views(params)
+    def forward(self, p, x) -> torch.Tensor:
         return dense(p, "out", lstm_last(p, lookup(p["embed"], x), self.layers))
 
     def losses(self, logits, y) -> torch.Tensor:

@@ -30,6 +30,9 @@ class CNN(Model):
     name = "cnn"
     label = "CNN"
     kinds = ("femnist",)
+    # on a CPU core a round's devices one at a time run faster than their stack as one grouped
+    # convolution (benchmarks/cnn_round.py, docs/performance.md); a GPU gains from the stack
+    stacks_on = ("cuda",)
 
     def __init__(self, num_classes: int = 62, side: int = 28, channels=(32, 64), hidden: int = 2048,
                  kernel: int = 5):
@@ -75,11 +78,11 @@ class CNN(Model):
         x = x.reshape(x.shape[0], -1)
         return x.clone() if out is None else out.copy_(x)
 
-    def logits(self, params, x) -> torch.Tensor:
-        """params (P,) and x (B, side^2) -> (B, classes); or a stack: (K, P) and (K, B, side^2) -> (K, B, classes)."""
-        if params.dim() == 1:
-            return self.logits(params.unsqueeze(0), x.unsqueeze(0)).squeeze(0)
-        p = self.layout.views(params)
+    def forward(self, p, x) -> torch.Tensor:
+        """One model's views and x (B, side^2) -> (B, classes); or a stack's: (K, ...) and (K, B, side^2) ->
+        (K, B, classes)."""
+        if p["out.bias"].dim() == 1:
+            return self.forward({name: view.unsqueeze(0) for name, view in p.items()}, x.unsqueeze(0)).squeeze(0)
         k, b = x.shape[:2]
         # devices as channel groups: (B, K * channels, side, side)
         h = x.reshape(k, b, 1, self.side, self.side).transpose(0, 1).reshape(b, k, self.side, self.side)

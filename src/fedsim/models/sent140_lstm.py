@@ -33,8 +33,7 @@ class Sent140LSTM(LSTMModel):
             embedding = torch.from_numpy(f["embedding"][:]).to(device, dtype)
         return cls(embedding, seq_len=int(dataset.feature_shape[0]))
 
-    def logits(self, params, x) -> torch.Tensor:
-        p = self.layout.views(params)
+    def forward(self, p, x) -> torch.Tensor:
         h = lstm_last(p, F.embedding(x.long(), self.embedding), self.layers)
         return dense(p, "out", torch.relu(dense(p, "fc", h))).squeeze(-1)
 
