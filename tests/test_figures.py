@@ -5,10 +5,12 @@ import math
 from pathlib import Path
 
 import matplotlib.collections
+import matplotlib.colors
 import pandas as pd
 import pytest
 
 from fedsim import cli, figures
+from fedsim.methods import ENTRIES
 from fedsim.train import read_run, write_run
 
 from helpers.run_records import fake_run
@@ -33,6 +35,17 @@ def tuned_table(rows, method="feddane", correction="exact"):
 
 def lines(ax):
     return {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+
+
+def dashes(line) -> tuple:
+    """A line's dash pattern as drawn (on, off, ... in line widths); () for a solid line."""
+    return tuple(line._unscaled_dash_pattern[1] or ())
+
+
+def canonical(pattern: tuple) -> tuple:
+    """A dash pattern up to where it starts: the same pattern begun at another dash looks the same."""
+    pairs = [tuple(pattern[i:i + 2]) for i in range(0, len(pattern), 2)]
+    return min(tuple(pairs[i:] + pairs[:i]) for i in range(len(pairs))) if pairs else ()
 
 
 def panel_runs(tmp_path, dataset="synthetic_0_0", K=10, seeds=(0,), dane=None, alpha=0.0, iid=False):
@@ -119,9 +132,33 @@ def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(t
     """FedProx at mu = 1 equal to FedAvg (Figure 3's sets): two patterns, both visible."""
     figures.FIGURES["figure3"](panel_runs(tmp_path, seeds=(0, 1)), None, tmp_path / "f.pdf")
     ax = drawn[0].axes[0]
-    styles = {label: line.get_linestyle() for label, line in lines(ax).items()}
+    styles = {label: dashes(line) for label, line in lines(ax).items()}
     assert styles["FedAvg"] != styles["FedProx (μ=1)"] and len(set(styles.values())) == 3
     assert drawn[0]._suptitle.get_text().endswith("line: mean of 2 seeds, band: min-max")
+
+
+def test_every_method_and_variant_has_a_colour_and_a_dash_pattern_of_its_own():
+    """Each entry of the registry (methods and variants) declares its style: no two share a colour,
+    and no two a dash pattern, even one begun at another dash."""
+    colours = {name: matplotlib.colors.to_rgba(e.color) for name, e in ENTRIES.items()}
+    patterns = {name: canonical(e.dashes) for name, e in ENTRIES.items()}
+    for styles in (colours, patterns):
+        shared = {s: [n for n in styles if styles[n] == s] for s in styles.values()}
+        assert all(len(names) == 1 for names in shared.values()), [n for n in shared.values() if len(n) > 1]
+    assert all(len(e.dashes) % 2 == 0 and all(x > 0 for x in e.dashes) for e in ENTRIES.values())
+
+
+def test_a_curves_style_is_its_methods_whatever_else_is_drawn(tmp_path, drawn):
+    """Not a place in a list: FedProx looks the same beside FedAvg alone and beside every other method."""
+    few = [fake_run(tmp_path / "few", method=m, mu=mu, losses=LOSSES) for m, mu in (("fedavg", 0), ("fedprox", 1))]
+    many = few + [fake_run(tmp_path / "many", method=m, mu=0.01, losses=LOSSES)
+                  for m in ("scaffold", "feddane_decayed", "feddane_pipelined", "feddane_exact_gradient")]
+    for runs in (few, many):
+        figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
+    styles = [{label: (line.get_color(), dashes(line)) for label, line in lines(fig.axes[0]).items()} for fig in drawn]
+    assert styles[0]["FedProx (μ=1)"] == styles[1]["FedProx (μ=1)"] == (ENTRIES["fedprox"].color, ENTRIES["fedprox"].dashes)
+    assert styles[1]["FedAvg"] == (ENTRIES["fedavg"].color, ())
+    assert len(set(styles[1].values())) == len(styles[1]) == 6
 
 
 def test_test_accuracy_and_communication_rounds(tmp_path, drawn):

@@ -34,10 +34,9 @@ X_AXES = {"rounds": ("round", "# rounds"),
           "vectors": ("vectors", "model-sized vectors sent (down + up, all devices)"),
           "gradient_evaluations": ("gradient_evaluations", "per-sample gradients computed (all devices)")}
 BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
-# A dash pattern per method (its place in the legend order), on top of its colour: curves that
+# Each method's and variant's dash pattern as its file declares it, on top of its colour: curves that
 # coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay visible as two patterns.
-DASHES = ("-", "--", "-.", ":")
-LINESTYLES = {name: DASHES[i % len(DASHES)] for i, name in enumerate(ENTRIES)}
+LINESTYLES = {name: (0, e.dashes) if e.dashes else "-" for name, e in ENTRIES.items()}
 MIN_WIDTH = 5.5  # inches: a one-panel figure still holds its title and legend
 LEGEND_DROP_PT = 30  # a panel's legend starts this far below its axes: under tick labels and x label
 TUNED = tuple(name for name, e in ENTRIES.items() if e.method.tuned_setting)
