@@ -320,7 +320,7 @@ def family_title(family: str, names) -> str:
     return f"{what[0].upper()}{what[1:]}: {who}" if what else who
 
 
-def _best_curve(curves: dict, metric: str) -> str:
+def _best_curve(curves: dict, metric: str) -> str | None:
     """Of one dataset's curves (method -> runs), the one with the best tail: the lowest loss (or highest
     accuracy) over the last rounds, mean over its seeds; a diverged curve has none."""
     tails = {}
