@@ -5,10 +5,13 @@ import math
 from pathlib import Path
 
 import matplotlib.collections
+import matplotlib.colors
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 import pandas as pd
 import pytest
 
 from fedsim import cli, figures
+from fedsim.methods import ENTRIES
 from fedsim.train import read_run, write_run
 
 from helpers.run_records import fake_run
@@ -33,6 +36,17 @@ def tuned_table(rows, method="feddane", correction="exact"):
 
 def lines(ax):
     return {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+
+
+def dashes(line) -> tuple:
+    """A line's dash pattern as drawn (on, off, ... in line widths); () for a solid line."""
+    return tuple(line._unscaled_dash_pattern[1] or ())
+
+
+def canonical(pattern: tuple) -> tuple:
+    """A dash pattern up to where it starts: the same pattern begun at another dash looks the same."""
+    pairs = [tuple(pattern[i:i + 2]) for i in range(0, len(pattern), 2)]
+    return min(tuple(pairs[i:] + pairs[:i]) for i in range(len(pairs))) if pairs else ()
 
 
 def panel_runs(tmp_path, dataset="synthetic_0_0", K=10, seeds=(0,), dane=None, alpha=0.0, iid=False):
@@ -119,9 +133,33 @@ def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(t
     """FedProx at mu = 1 equal to FedAvg (Figure 3's sets): two patterns, both visible."""
     figures.FIGURES["figure3"](panel_runs(tmp_path, seeds=(0, 1)), None, tmp_path / "f.pdf")
     ax = drawn[0].axes[0]
-    styles = {label: line.get_linestyle() for label, line in lines(ax).items()}
+    styles = {label: dashes(line) for label, line in lines(ax).items()}
     assert styles["FedAvg"] != styles["FedProx (μ=1)"] and len(set(styles.values())) == 3
     assert drawn[0]._suptitle.get_text().endswith("line: mean of 2 seeds, band: min-max")
+
+
+def test_every_method_and_variant_has_a_colour_and_a_dash_pattern_of_its_own():
+    """Each entry of the registry (methods and variants) declares its style: no two share a colour,
+    and no two a dash pattern, even one begun at another dash."""
+    colours = {name: matplotlib.colors.to_rgba(e.color) for name, e in ENTRIES.items()}
+    patterns = {name: canonical(e.dashes) for name, e in ENTRIES.items()}
+    for styles in (colours, patterns):
+        shared = {s: [n for n in styles if styles[n] == s] for s in styles.values()}
+        assert all(len(names) == 1 for names in shared.values()), [n for n in shared.values() if len(n) > 1]
+    assert all(len(e.dashes) % 2 == 0 and all(x > 0 for x in e.dashes) for e in ENTRIES.values())
+
+
+def test_a_curves_style_is_its_methods_whatever_else_is_drawn(tmp_path, drawn):
+    """Not a place in a list: FedProx looks the same beside FedAvg alone and beside every other method."""
+    few = [fake_run(tmp_path / "few", method=m, mu=mu, losses=LOSSES) for m, mu in (("fedavg", 0), ("fedprox", 1))]
+    many = few + [fake_run(tmp_path / "many", method=m, mu=0.01, losses=LOSSES)
+                  for m in ("scaffold", "feddane_decayed", "feddane_pipelined", "feddane_exact_gradient")]
+    for runs in (few, many):
+        figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
+    styles = [{label: (line.get_color(), dashes(line)) for label, line in lines(fig.axes[0]).items()} for fig in drawn]
+    assert styles[0]["FedProx (μ=1)"] == styles[1]["FedProx (μ=1)"] == (ENTRIES["fedprox"].color, ENTRIES["fedprox"].dashes)
+    assert styles[1]["FedAvg"] == (ENTRIES["fedavg"].color, ())
+    assert len(set(styles[1].values())) == len(styles[1]) == 6
 
 
 def test_test_accuracy_and_communication_rounds(tmp_path, drawn):
@@ -244,3 +282,87 @@ def test_real_diverging_runs_keep_their_curves(tmp_path, drawn):
     crosses = [line for line in ax.get_lines() if line.get_marker() == "x"]
     assert len(crosses) == 1 and crosses[0].get_color() == figures.COLORS["feddane_authors"]
     assert [line.get_marker() for line in ax.get_lines()].count("^") >= 1
+
+
+def costed_run(folder, method, losses, K=10, dataset="synthetic_0_0", iid=False, seed=0, **kw):
+    """A run record with the costs the successors' figure draws against (vectors, gradients per round)."""
+    info = fake_run(folder, method=method, losses=losses, K=K, dataset=dataset, iid=iid, seed=seed, **kw)
+    metrics, record = read_run(info)
+    per_round = 2 * K * ENTRIES[method].method.exchanges
+    metrics["vectors_down"] = metrics["vectors_up"] = metrics["round"] * per_round
+    metrics["gradient_evaluations"] = metrics["round"] * 1000 * K
+    write_run(metrics, record, Path(info).parent / "metrics.csv", info)
+    return info
+
+
+SUCCESSORS = {"fedavg": (0, [3, 2, 1.5, 1.2, 1.0]), "fedprox": (1, [3, 2.2, 1.8, 1.5, 1.4]),
+              "feddane": (0.01, [3, 2.5, 2.0, 1.8, 1.7]), "dane": (0.01, [3, 1.5, 0.5, 0.3, 0.2]),
+              "scaffold": (0, [3, 2, 1.0, 0.6, 0.5]), "fedopt": (0, [3, 2.6, 2.4, 2.3, 2.2])}
+
+
+def test_successors_figure_draws_each_family_in_panels_of_its_own_beside_the_fields_best(tmp_path, drawn):
+    runs = [costed_run(tmp_path, m, losses, K=30 if m == "dane" else 10, dataset=d, iid=d == "synthetic_iid", mu=mu)
+            for d in ("synthetic_0_0", "synthetic_iid") for m, (mu, losses) in SUCCESSORS.items()]
+    figures.FIGURES["successors"](runs, None, tmp_path / "s.pdf")
+    blocks = drawn[0].subfigs
+    assert [b._suptitle.get_text() for b in blocks] == [
+        "Averaging local models: FedAvg, FedProx", "DANE's gradient correction and Newton-type: FedDANE, DANE",
+        "Control variates against client drift: SCAFFOLD", "Server optimisers: FedAdam"]
+    for block, family in zip(blocks, (("FedAvg", "FedProx"), ("FedDANE", "DANE"), ("SCAFFOLD",), ("FedAdam",))):
+        assert len(block.axes) == 6  # rounds, vectors, gradients (rows) x the two datasets (columns)
+        assert [ax.get_title() for ax in block.axes[:2]] == ["Synthetic IID", "Synthetic (0,0)"]
+        for ax in block.axes:
+            drawn_here = {label.split(" (")[0] for label in lines(ax) if not label.startswith("best of")}
+            assert drawn_here == set(family)
+            reference = [label for label in lines(ax) if label.startswith("best of")]
+            # DANE has the lowest tail on both sets: beside every other family, grey, not in its own
+            assert reference == ([] if "DANE" in family else ["best of 6: DANE (μ=0.01, K=30)"])
+        legends = [ax.get_legend() for ax in block.axes]
+        assert [legend is not None for legend in legends] == [False] * 4 + [True] * 2  # below the bottom row
+        if "DANE" not in family:
+            assert legends[-1].get_texts()[-1].get_text().startswith("best of 6")  # the reference last
+    # a dataset's panels of one row share their ranges across the families: curves compare between blocks
+    for row in range(3):
+        for col in range(2):
+            ranges = {(b.axes[2 * row + col].get_xlim(), b.axes[2 * row + col].get_ylim()) for b in blocks}
+            assert len(ranges) == 1
+
+
+@pytest.fixture
+def saved(monkeypatch):
+    """The figures as written: laid out (tick labels placed) by the real save."""
+    figs, save = [], figures.save
+    monkeypatch.setattr(figures, "save", lambda fig, out, **kw: (figs.append(fig), save(fig, out, **kw)))
+    return figs
+
+
+def shown_labels(fig, axis):
+    """An axis's tick labels as drawn, (text, window box) each, in the axes' view only."""
+    renderer = FigureCanvasAgg(fig).get_renderer()  # (a closed figure's canvas has none)
+    fig.draw_without_rendering()
+    return [(label.get_text(), label.get_window_extent(renderer)) for label in figures.shown_tick_labels(axis)]
+
+
+def test_tuning_figure_shows_every_grid_value_and_score_with_labels_that_never_overlap(tmp_path, saved):
+    """DONE's alpha grid crowds the low end of FedDyn's (0.001, 0.003, 0.01 beside 0.1, 1), DONE's scores
+    sit between 1 and 2 and FedDyn's decades below; MimeLite's and FedAdam's server lr grids together
+    hold 8 values, 4 decades."""
+    def run(method, option, value, loss):
+        return fake_run(tmp_path, method=method, losses=[3, loss], options={option: value})
+    runs = [run("done", "alpha", a, loss) for a, loss in ((0.001, 1.45), (0.003, 1.47), (0.01, 1.9))]
+    runs += [run("feddyn", "alpha", a, loss) for a, loss in ((0.001, 0.05), (0.01, 0.27), (0.1, 0.28), (1, 0.35))]
+    runs += [run("mimelite", "server_lr", v, 0.5 + v) for v in (0.001, 0.003, 0.01, 0.03, 0.1, 1)]
+    runs += [run("fedopt", "server_lr", v, 0.7 + v) for v in (0.001, 0.01, 0.1, 1, 10)]
+    figures.tuning_figure(runs, None, tmp_path / "t.pdf", fraction=0.5)
+    alpha, server_lr = saved[0].axes
+    for ax, grid, scores in ((alpha, [0.001, 0.003, 0.01, 0.1, 1], [1.45, 1.47, 1.9, 0.05, 0.27, 0.28, 0.35]),
+                             (server_lr, [0.001, 0.003, 0.01, 0.03, 0.1, 1, 10], [0.501, 0.503, 10.7])):
+        assert [text for text, _ in shown_labels(saved[0], ax.xaxis)] == [f"{v:g}" for v in grid]
+        bottom, top = ax.get_ylim()
+        ticks = [float(text) for text, _ in shown_labels(saved[0], ax.yaxis)]
+        assert min(ticks) <= min(scores) and max(scores) <= max(ticks) and bottom <= min(ticks) and max(ticks) <= top
+        for score in scores:  # each read between two labelled ticks at most 2.5 times apart (1, 2, 5, 10)
+            assert min(t for t in ticks if t >= score) <= 2.5 * max(t for t in ticks if t <= score)
+        for axis in (ax.xaxis, ax.yaxis):
+            boxes = [box for _, box in shown_labels(saved[0], axis)]
+            assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:]), axis

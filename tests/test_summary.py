@@ -5,13 +5,20 @@ import dataclasses
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
+
+from fedsim import cli
 
 from fedsim.settings import COUNT, EXECUTION, RunConfig, setting, setting_columns
 from fedsim.summary import GROUP_COLUMNS, findings, group_columns, summarise, tail_loss, tune, tuning_scores
 from fedsim.train import read_run
 
 from helpers.run_records import fake_run
+
+
+def read_csv(path):
+    return pd.read_csv(path, keep_default_na=False)  # an empty cell reads as "", as a user's reader shows it
 
 
 def test_tail_loss_averages_the_last_rounds_and_penalises_divergence(tmp_path):
@@ -146,3 +153,28 @@ def test_findings_across_k_rank_every_k_of_a_dataset_in_one_panel(tmp_path):
     together = findings(runs, fraction=0.5, across_k=True)
     assert together[["clients_per_round", "method", "rank"]].values.tolist() == [
         [30, "fedavg", 1], [10, "fedavg", 2], [10, "fedprox", 3]]
+
+
+def test_findings_carry_the_figures_label_and_say_where_a_tuned_value_sits_in_its_grid(tmp_path):
+    """FedAdam, not fedopt; a value chosen at the top of its grid may hide a better one beyond it. The
+    grid is its setting's in tuned_mu.csv, or (a value taken from another experiment's tuning, at another
+    K) the one that chose it."""
+    dane = {mu: fake_run(tmp_path, mu=mu, losses=[3, 2, loss]) for mu, loss in ((0, 2.0), (0.1, 1.5), (1, 1.0))}
+    adam = {lr: fake_run(tmp_path, method="fedopt", losses=[3, 2, loss], options={"server_lr": lr})
+            for lr, loss in ((0.01, 1.2), (0.1, 0.9), (1, 1.1))}
+    tuned = tmp_path / "tuned_mu.csv"
+    assert cli.main(["tune", "--methods", "feddane", "fedopt", "--fraction", "0.5", "--out", str(tuned),
+                     *dane.values(), *adam.values()]) == 0
+    figure = [dane[1], adam[0.1], fake_run(tmp_path, method="fedavg", losses=[3, 2, 1.3]),
+              fake_run(tmp_path, method="fedprox", mu=1, losses=[3, 2, 1.4]),
+              fake_run(tmp_path, mu=1, K=5, losses=[3, 2, 1.6])]  # FedDANE at K = 5 with K = 10's mu
+    out = tmp_path / "findings.csv"
+    assert cli.main(["findings", "--fraction", "0.5", "--tuned", str(tuned), "--out", str(out), *figure]) == 0
+    table = read_csv(out)
+    rows = {(r["method"], r["clients_per_round"]): r for r in table.to_dict("records")}
+    assert {key: (r["label"], r["grid_edge"]) for key, r in rows.items()} == {
+        ("feddane", 10): ("FedDANE", "highest"), ("fedopt", 10): ("FedAdam", "inside"),
+        ("fedavg", 10): ("FedAvg", ""), ("fedprox", 10): ("FedProx", ""), ("feddane", 5): ("FedDANE", "highest")}
+    assert list(table.columns[:10]) == ["dataset", "clients_per_round", "epochs", "rounds", "method", "label",
+                                        "setting", "value", "grid_edge", "seeds"]
+    assert set(findings(figure, fraction=0.5)["grid_edge"]) == {""}  # no tuning given: nothing to say

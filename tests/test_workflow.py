@@ -22,6 +22,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from fedsim import methods
 from helpers.workflow import REPO, copy_workflow, default_config, env, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
@@ -304,8 +305,12 @@ def test_tiny_real_run(tiny_run):
     assert len(findings) == len(TINY_DATASETS) * 2 * len(TINY_METHODS)  # K = 1 and 3
     assert {r["rank"] for r in findings} <= {"1", "2", "3", "4"} and {r["seeds"] for r in findings} == {"1"}
     for row in findings:
+        assert row["label"] == methods.LABELS[row["method"]]  # the figure's name for the curve
         if row["method"].startswith("feddane"):
             assert row["setting"] == "mu" and float(row["value"]) == chosen[row["dataset"], row["method"]], row
+            assert row["grid_edge"] in ("lowest", "highest", "inside"), row  # Figure 1's grid, where mu came from
+        else:
+            assert row["grid_edge"] == "", row
     assert (results / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
     assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K1_E1_seed0.tsv").is_file()
     # up to date afterwards

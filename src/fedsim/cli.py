@@ -318,9 +318,12 @@ def _summarise(args) -> None:
 
 
 def _findings(args) -> None:
+    import pandas as pd
+
     from .summary import findings
 
-    write_csv(args.out, findings(args.runs, args.fraction, args.across_k))
+    tuned = pd.read_csv(args.tuned) if args.tuned else None
+    write_csv(args.out, findings(args.runs, args.fraction, args.across_k, tuned))
 
 
 def _tune(args) -> None:
@@ -535,6 +538,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True)
     p.add_argument("--across-k", action="store_true",
                    help="rank every K of a dataset in one panel (methods that need every device beside sampling ones)")
+    p.add_argument("--tuned", help="tuned_mu.csv: says where each tuned value sits in its grid (grid_edge)")
     p.add_argument("runs", nargs="+", help="run.json files of one figure (one mu per method and setting)")
     p.set_defaults(func=_findings)
 

@@ -19,13 +19,15 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib import transforms  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter  # noqa: E402
+from matplotlib.layout_engine import ConstrainedLayoutEngine  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullFormatter, NullLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .atomic import atomic_path  # noqa: E402
-from .methods import COLORS, ENTRIES, LABELS, setting_value, variant_of  # noqa: E402
-from .summary import tuning_scores  # noqa: E402
+from .methods import COLORS, ENTRIES, FAMILIES, LABELS, setting_value, variant_of  # noqa: E402
+from .settings import TAIL_FRACTION  # noqa: E402
+from .summary import tail_mean, tuning_scores  # noqa: E402
 from .records import read_run  # noqa: E402
 
 METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
@@ -34,10 +36,10 @@ X_AXES = {"rounds": ("round", "# rounds"),
           "vectors": ("vectors", "model-sized vectors sent (down + up, all devices)"),
           "gradient_evaluations": ("gradient_evaluations", "per-sample gradients computed (all devices)")}
 BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
-# A dash pattern per method (its place in the legend order), on top of its colour: curves that
+# Each method's and variant's dash pattern as its file declares it, on top of its colour: curves that
 # coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay visible as two patterns.
-DASHES = ("-", "--", "-.", ":")
-LINESTYLES = {name: DASHES[i % len(DASHES)] for i, name in enumerate(ENTRIES)}
+LINESTYLES = {name: (0, e.dashes) if e.dashes else "-" for name, e in ENTRIES.items()}
+REFERENCE_COLOR = "0.55"  # the field's best beside a family's curves (the successors' figure)
 MIN_WIDTH = 5.5  # inches: a one-panel figure still holds its title and legend
 LEGEND_DROP_PT = 30  # a panel's legend starts this far below its axes: under tick labels and x label
 TUNED = tuple(name for name, e in ENTRIES.items() if e.method.tuned_setting)
@@ -78,11 +80,12 @@ def setting(record: dict) -> tuple:
     return (record["dataset"]["name"], c["clients_per_round"], c["epochs"], c["rounds"])
 
 
-def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", linestyle: str = "-",
-           log_x: bool = False):
+def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", linestyle="-",
+           log_x: bool = False, reference: bool = False):
     """Mean over seeds with a min-max band, per round, where every seed still ran, at the seeds' mean
     of `x` (a cost differs between seeds: their devices differ); on a log x axis from the first
-    round that cost something. Returns the mean's line."""
+    round that cost something. A `reference` (another family's best) is a thick pale line behind
+    the others, without a band. Returns the mean's line."""
     frames = [m.set_index("round")[column] for m, _ in runs]
     table = pd.concat(frames, axis=1)
     xs = table.index.to_numpy() if x == "round" else \
@@ -90,8 +93,9 @@ def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", line
     if log_x:
         table, xs = table[xs > 0], xs[xs > 0]
     mean = table.mean(axis=1, skipna=False)
-    (line,) = ax.plot(xs, mean.to_numpy(), color=color, label=label, lw=1.4, ls=linestyle)
-    if len(frames) > 1:
+    style = dict(lw=4, alpha=0.45, zorder=1) if reference else dict(lw=1.4)
+    (line,) = ax.plot(xs, mean.to_numpy(), color=color, label=label, ls=linestyle, **style)
+    if len(frames) > 1 and not reference:
         ax.fill_between(xs, table.min(axis=1), table.max(axis=1), color=color, alpha=0.25, lw=0)
     for metrics, record in runs:
         if record["result"]["diverged_round"] is not None:
@@ -133,8 +137,7 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
         ax.set_ylim(0, 1)
         return None
     ys = {method: np.asarray(line.get_ydata(), dtype=float) for method, line in lines.items()}
-    base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m in BASELINES]
-    top = top or 1.15 * max(v for v in base if np.isfinite(v))
+    top = top or _top_of(ys)
     ax.set_ylim(0, top)
     for method, y in ys.items():
         if not (y > top).any():
@@ -145,6 +148,12 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
         lines[method].set_clip_on(False)  # the clipped stretch lies on the top edge itself
         lines[method].set_label(f"{lines[method].get_label()}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}")
     return top
+
+
+def _top_of(ys: dict) -> float:
+    """A loss range's top: a little above the curves' first values and the baselines' highest."""
+    base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m in BASELINES]
+    return 1.15 * max(v for v in base if np.isfinite(v))
 
 
 def curve_label(method: str, record: dict, panel_k=None) -> str:
@@ -176,8 +185,10 @@ def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=No
     # below the panel, under its x label: inside, it would cover the curves of an oscillating FedDANE
     # (anchored in points below the axes, under the tick labels and the x label, whatever the panel's height)
     below = transforms.offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, fontsize=7, frameon=False,
-              ncol=1, handlelength=2.5, borderaxespad=0)
+    handles, labels = ax.get_legend_handles_labels()
+    last = sorted(range(len(handles)), key=lambda i: handles[i].get_zorder() < 2)  # a reference (behind) last
+    ax.legend([handles[i] for i in last], [labels[i] for i in last], loc="upper center", bbox_to_anchor=(0.5, 0),
+              bbox_transform=below, fontsize=7, frameon=False, ncol=1, handlelength=2.5, borderaxespad=0)
     return top
 
 
@@ -251,42 +262,117 @@ def beyond_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "tr
     save(fig, out)
 
 
+SUCCESSOR_AXES = ("rounds", "vectors", "gradient_evaluations")  # the rows of a family's panels
+PANEL_INCHES = (3.3, 2.0)  # a successors' panel, its labels included: width, height
+LEGEND_LINE_INCHES = 0.14  # a legend line at 7 pt
+
+
 def successors_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
                       x_axis: str = "rounds") -> None:
-    """FedDANE among its successors: one column per dataset holding every method (those that need
-    every device at K = all devices beside the sampling ones at the experiment's K), the metric
-    against rounds, against the model-sized vectors sent and against the per-sample gradients the
-    devices computed: the axes on which methods that exchange twice, send control variates or
-    compute extra gradients compare fairly. Each tuned method at its tuned value. `x_axis` is
+    """FedDANE among its successors: a block of panels per family of methods (fedsim.methods.FAMILIES,
+    as each method file declares it), so that no panel holds more curves than an eye tells apart. A
+    block's columns are the datasets, its rows the metric against rounds, against the model-sized
+    vectors sent and against the per-sample gradients the devices computed: the axes on which methods
+    that exchange twice, send control variates or compute extra gradients compare fairly. Beside a
+    family's curves, in thick grey, the field's best: the curve of the dataset with the best tail (the
+    tuning criterion's mean over the last rounds and the seeds) where it is another family's. Every
+    block of a dataset shares its axes' ranges. Methods that need every device run at K = all devices
+    beside the sampling ones at the experiment's K. Each tuned method at its tuned value. `x_axis` is
     ignored: the three are drawn."""
     runs = load_runs(info_paths)
     panels: dict[str, list] = {}
     for run in runs:
         panels.setdefault(run[1]["dataset"]["name"], []).append(run)
     keys = sorted(panels, key=lambda key: panel_order(panels[key][0][1]))
-    rows = ("rounds", "vectors", "gradient_evaluations")
-    curves = len({variant_of(record["config"]) for _, record in runs})
-    legend_inches = 0.5 + 0.115 * curves  # the bottom row's legends, a line per curve, under its x labels
-    height = 3.0 * len(rows) + legend_inches
-    fig, axes = plt.subplots(len(rows), len(keys), figsize=(3.9 * len(keys), height), squeeze=False)
+    curves = {key: {m: c for m in LABELS if (c := _method_runs(panels[key], m, tuned))} for key in keys}
+    families = _families({m for drawn in curves.values() for m in drawn})
     panel_k = min(r["config"]["clients_per_round"] for _, r in runs)  # the sampling methods' K
-    for col, key in enumerate(keys):
-        top = None  # the rounds panel's loss range, kept on the cost axes (they start after round 0)
-        for row, axis in enumerate(rows):
-            ax = axes[row][col]
-            x, x_label = X_AXES[axis]
-            top = _panel(ax, panels[key], tuned, metric, x, legend=row == len(rows) - 1, panel_k=panel_k,
-                         log_x=axis != "rounds", y_top=top)
-            ax.set_title(dataset_title(panels[key][0][1]), fontsize=10)
-            ax.set_xlabel(x_label, fontsize=8)
-            ax.set_ylabel(METRICS.get(metric, metric))
+    per_row = max(1, 4 // len(keys))  # blocks side by side while the figure stays 4 panels wide
+    block_rows = -(-len(families) // per_row)
+    legend_lines = [1 + max(sum(m in drawn for m in names) for drawn in curves.values()) for names in families.values()]
+    heights = [PANEL_INCHES[1] * len(SUCCESSOR_AXES) + 0.5 + LEGEND_LINE_INCHES * max(legend_lines[i:i + per_row])
+               for i in range(0, len(families), per_row)]  # rows of blocks: the panels, the block's title, the legend
+    fig = plt.figure(layout="constrained", figsize=(PANEL_INCHES[0] * len(keys) * per_row, sum(heights) + 0.4))
+    blocks = fig.subfigures(block_rows, per_row, squeeze=False, height_ratios=heights)
+    best = {key: _best_curve(drawn, metric) for key, drawn in curves.items()}
+    for block, (family, names) in zip(blocks.flat, families.items()):
+        _family_block(block, family, names, keys, panels, tuned, curves, best, metric, panel_k)
     first = runs[0][1]["config"]
     title = (f"K = {panel_k} (K = all devices where marked), E = {first['epochs']}, rounds = {first['rounds']}; "
-             + band_text(runs))
-    lines = textwrap.wrap(title, width=int(10 * 3.9 * len(keys)))  # 10 pt: 13 characters an inch; a margin
-    fig.suptitle("\n".join(lines), fontsize=10)
-    # tight_layout makes room for the legends below the bottom row (they are the axes'), rect for the title
-    save(fig, out, rect=(0, 0, 1, 1 - 0.18 * (len(lines) - 1) / height))
+             + band_text(runs) + "; thick grey: the dataset's best curve, of another family")
+    fig.suptitle("\n".join(textwrap.wrap(title, width=int(13 * fig.get_figwidth()))), fontsize=10)  # 13 a 10-pt inch
+    save(fig, out)
+
+
+def _families(methods) -> dict[str, list[str]]:
+    """The drawn methods (entries' names) by family, in legend order."""
+    families: dict[str, list[str]] = {}
+    for name in LABELS:
+        if name in methods:
+            families.setdefault(ENTRIES[name].family, []).append(name)
+    return families
+
+
+def family_title(family: str, names) -> str:
+    """A block's title: what the family's methods share, and who they are."""
+    what = FAMILIES.get(family)
+    who = ", ".join(LABELS[name] for name in names)
+    return f"{what[0].upper()}{what[1:]}: {who}" if what else who
+
+
+def _best_curve(curves: dict, metric: str) -> str | None:
+    """Of one dataset's curves (method -> runs), the one with the best tail: the lowest loss (or highest
+    accuracy) over the last rounds, mean over its seeds; a diverged curve has none."""
+    tails = {}
+    for method, selected in curves.items():
+        values = [tail_mean(m, r["config"]["rounds"], TAIL_FRACTION, metric) for m, r in selected]
+        tails[method] = np.mean(values)
+    finite = {m: t for m, t in tails.items() if np.isfinite(t)}
+    pick = min if metric.endswith("loss") else max
+    return pick(finite, key=finite.get) if finite else None
+
+
+def _family_block(block, family, names, keys, panels, tuned, curves, best, metric, panel_k) -> None:
+    """One family's panels in `block` (a subfigure): a column per dataset, a row per cost axis."""
+    axes = block.subplots(len(SUCCESSOR_AXES), len(keys), squeeze=False)
+    for col, key in enumerate(keys):
+        mine = [run for run in panels[key] if variant_of(run[1]["config"]) in names]
+        reference = best[key] if best[key] not in names else None
+        top = _loss_top(curves[key], metric)
+        for row, axis in enumerate(SUCCESSOR_AXES):
+            ax = axes[row][col]
+            x, x_label = X_AXES[axis]
+            if reference:
+                label = f"best of {len(curves[key])}: {curve_label(reference, curves[key][reference][0][1], panel_k)}"
+                _curve(ax, curves[key][reference], metric, label, REFERENCE_COLOR, x, "-", axis != "rounds",
+                       reference=True)
+            _panel(ax, mine, tuned, metric, x, legend=row == len(SUCCESSOR_AXES) - 1, panel_k=panel_k,
+                   log_x=axis != "rounds", y_top=top)
+            ax.set_xlim(*_x_range(panels[key], x, log=axis != "rounds"))
+            if row == 0:
+                ax.set_title(dataset_title(panels[key][0][1]), fontsize=9)
+            ax.set_xlabel(x_label, fontsize=8)
+            ax.set_ylabel(METRICS.get(metric, metric), fontsize=8)
+            ax.tick_params(labelsize=7)
+    block.suptitle(family_title(family, names), fontsize=10, fontweight="bold")
+
+
+def _loss_top(curves: dict, metric: str) -> float | None:
+    """A dataset's loss range top (as _y_range sets it) over all its curves: every family's panels of
+    the dataset share it."""
+    if not metric.endswith("loss"):
+        return None
+    means = {m: pd.concat([r.set_index("round")[metric] for r, _ in selected], axis=1).mean(axis=1, skipna=False)
+             .to_numpy() for m, selected in curves.items()}
+    return _top_of(means)
+
+
+def _x_range(runs, x: str, log: bool) -> tuple[float, float]:
+    """The range of `x` over a dataset's runs (on a log axis: its positive part), with a margin."""
+    values = pd.concat([m[x] for m, _ in runs]).to_numpy(dtype=float)
+    values = values[np.isfinite(values) & (values > 0 if log else True)]
+    lo, hi = values.min(), values.max()
+    return (lo / 1.3, hi * 1.3) if log else (lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))
 
 
 def decrease_table(metrics: pd.DataFrame) -> pd.DataFrame:
@@ -397,8 +483,8 @@ def _tuning_panel(ax, data: pd.DataFrame, tuned, name: str) -> None:
     for (variant, k, e, rounds), group in data.groupby(["variant", "clients_per_round", "epochs", "rounds"]):
         stats = group.groupby("value")["score"].agg(["mean", "min", "max"])
         label = LABELS[variant] + (f", K={k}, E={e}" if several else "")
-        color = COLORS[variant] if not several else None
-        line = ax.plot(stats.index, stats["mean"].clip(upper=top), "o-", ms=3, label=label, color=color)[0]
+        style = dict(color=COLORS[variant], ls=LINESTYLES[variant]) if not several else {}
+        line = ax.plot(stats.index, stats["mean"].clip(upper=top), marker="o", ms=3, label=label, **style)[0]
         ax.fill_between(stats.index, stats["min"].clip(upper=top), stats["max"].clip(upper=top),
                         color=line.get_color(), alpha=0.2, lw=0)
         dead = stats.index[~np.isfinite(stats["max"])]
@@ -407,25 +493,86 @@ def _tuning_panel(ax, data: pd.DataFrame, tuned, name: str) -> None:
         chosen = _tuned_mu(tuned, (name, k, e, rounds), variant)
         if chosen is not None and chosen in stats.index:
             ax.plot(chosen, stats.loc[chosen, "mean"], "*", color=line.get_color(), ms=13)
-    grid = sorted(data["value"].unique())
-    ax.set_xscale("symlog", linthresh=min([m for m in grid if m > 0], default=1.0))
-    ax.set_xticks(grid, [f"{m:g}" for m in grid], rotation=45 if len(grid) > 5 else 0)
-    ax.set_yscale("log")
-    ax.yaxis.set_major_formatter(_log_labels(True))  # plain numbers, not powers of ten
-    ax.yaxis.set_minor_formatter(_log_labels(len(finite) and finite.max() < 10 * finite.min()))
-    if not np.isfinite(data["score"]).all():
-        ax.set_ylim(top=top * 1.05)  # room for the crosses of diverged runs
+    _grid_axis(ax, sorted(data["value"].unique()))
+    dead = not np.isfinite(data["score"]).all()
+    _score_axis(ax, [*finite, *([top] if dead else [])])
     if several:  # labels and colours differ by panel: each its own legend
         ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")
 
 
-def _log_labels(every: bool) -> FuncFormatter:
-    """Plain-number tick labels for a log axis: on every tick, or (minor ticks of an axis
-    spanning decades) on the 2s and 5s only."""
-    def label(value: float, _) -> str:
-        mantissa = value / 10 ** np.floor(np.log10(value))
-        return f"{value:g}" if every or round(mantissa) in (2, 5) else ""
-    return FuncFormatter(label)
+def _grid_axis(ax, grid: list[float]) -> None:
+    """A tick with its label at every value of the grid and nowhere else: a log axis, symlog where 0
+    is one of them (the linear stretch up to the smallest positive value)."""
+    positive = [v for v in grid if v > 0]
+    if len(positive) < len(grid):
+        ax.set_xscale("symlog", linthresh=min(positive, default=1.0))
+    elif len(grid) > 1:
+        ax.set_xscale("log")
+    ax.xaxis.set_major_locator(FixedLocator(grid))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.xaxis.set_minor_locator(NullLocator())
+
+
+def _score_axis(ax, values) -> None:
+    """The criterion's axis, holding every value between two labelled ticks: linear where they span
+    less than a factor 10, else log with plain-number labels at 1, 2, 5 (or fewer, over many decades)
+    times a power of ten."""
+    values = np.asarray(values, dtype=float)
+    if not len(values):
+        return
+    lo, hi = values.min(), values.max()
+    if lo == hi:  # one value: matplotlib's own range around it
+        return
+    if lo <= 0 or hi < 10 * lo:
+        ticks = MaxNLocator(nbins=5, steps=[1, 2, 2.5, 5, 10]).tick_values(lo, hi)
+        below = max([t for t in ticks if t <= lo], default=lo)
+        above = min([t for t in ticks if t >= hi], default=hi)
+        ax.set_ylim(below - 0.04 * (above - below), above + 0.04 * (above - below))
+        ax.yaxis.set_major_locator(FixedLocator([t for t in ticks if below <= t <= above]))
+        return
+    ax.set_yscale("log")
+    ticks = _log_ticks(lo, hi)
+    ax.set_ylim(ticks[0] / 1.1, ticks[-1] * 1.1)
+    ax.yaxis.set_major_locator(FixedLocator(ticks))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _log_ticks(lo: float, hi: float, most: int = 8) -> list[float]:
+    """Round values from the largest at or below `lo` to the smallest at or above `hi`: 1, 2 and 5
+    times powers of ten, or only the powers (every k-th) where those would be more than `most`."""
+    first, last = int(np.floor(np.log10(lo))), int(np.ceil(np.log10(hi)))
+    for mantissas, step in (((1, 2, 5), 1), ((1,), 1), ((1,), 2), ((1,), 3), ((1,), 5)):
+        candidates = [m * 10.0 ** k for k in range(first, last + 1, step) for m in mantissas] + [10.0 ** (last + step)]
+        below = max(t for t in candidates if t <= lo)
+        above = min(t for t in candidates if t >= hi)
+        ticks = [t for t in candidates if below <= t <= above]
+        if len(ticks) <= most:
+            return ticks
+    return ticks
+
+
+def shown_tick_labels(axis) -> list:
+    """The major tick labels an axis draws (with text, in its view), as last laid out."""
+    lo, hi = sorted(axis.get_view_interval())
+    ticks = axis.get_major_ticks()[:len(axis.get_majorticklocs())]  # the objects beyond hold stale labels
+    return [tick.label1 for tick in ticks if tick.label1.get_visible() and tick.label1.get_text()
+            and lo <= tick.get_loc() <= hi]
+
+
+def _turn_crowded_labels(fig) -> bool:
+    """Turn upright the x tick labels of an axes where side by side two would overlap (a grid's values
+    crowd at one end of a log axis); whether any were."""
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    turned = False
+    for ax in fig.axes:
+        labels = [label for label in shown_tick_labels(ax.xaxis) if label.get_rotation() != 90]
+        boxes = sorted((label.get_window_extent(renderer) for label in labels), key=lambda b: b.x0)
+        if any(a.x1 > b.x0 for a, b in zip(boxes, boxes[1:])):
+            ax.tick_params(axis="x", labelrotation=90)
+            turned = True
+    return turned
 
 
 def save(fig, out, rect=(0, 0, 1, 1)) -> None:
@@ -433,7 +580,12 @@ def save(fig, out, rect=(0, 0, 1, 1)) -> None:
     fractions: left, bottom, right, top)."""
     out = str(out)
     stem = out[: -len(".pdf")] if out.endswith(".pdf") else out
-    fig.tight_layout(rect=rect)
+    constrained = isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)  # (the successors' figure)
+    for _ in range(2):  # laid out, then again where crowded labels were turned
+        if not constrained:  # a constrained layout places itself
+            fig.tight_layout(rect=rect)
+        if not _turn_crowded_labels(fig):
+            break
     for ext in ("pdf", "png"):
         with atomic_path(f"{stem}.{ext}") as tmp:
             fig.savefig(tmp, format=ext, dpi=150)

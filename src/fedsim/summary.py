@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .methods import REGISTRY, options_of, resolve, setting_value, variant_of
+from .methods import LABELS, REGISTRY, options_of, resolve, setting_value, variant_of
 from .settings import TAIL_FRACTION, RunConfig, setting_columns
 from .records import COUNT_COLUMNS, read_run
 
@@ -136,12 +136,14 @@ def tune(info_paths, methods, fraction: float) -> pd.DataFrame:
 FINDING_SETTING = [c for c in GROUP_COLUMNS if c not in ("method", "options")]  # what a panel holds fixed
 
 
-def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False) -> pd.DataFrame:
+def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False,
+             tuned: pd.DataFrame | None = None) -> pd.DataFrame:
     """What a figure shows, in numbers: per panel (setting) and curve (method at its tuned setting's
-    value), the tail means over the seeds with their min and max, the panel's ranking of the curves
-    by tail loss (1 = lowest), and whether every seed alone ranks the curve the same (an ordering that
-    flips between seeds is noise, not a finding). `info_paths`: a figure's runs, one value per method.
-    `across_k`: one panel holds every K (methods that need every device beside sampling ones)."""
+    value, under the figure's label), the tail means over the seeds with their min and max, the panel's
+    ranking of the curves by tail loss (1 = lowest), whether every seed alone ranks the curve the same
+    (an ordering that flips between seeds is noise, not a finding), and where a tuned value sits in the
+    grid it was chosen from (`tuned`: tuned_mu.csv's rows). `info_paths`: a figure's runs, one value per
+    method. `across_k`: one panel holds every K (methods that need every device beside sampling ones)."""
     runs = summarise(info_paths, fraction)
     views = pd.DataFrame([tuned_view(row) for row in runs[["method", "options", "mu"]].to_dict("records")],
                          index=runs.index)
@@ -161,7 +163,32 @@ def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False
     per_seed = runs.assign(rank=runs.groupby([*panel, "seed"])["tail_train_loss"].rank(method="min"))
     stable = per_seed.groupby(curve, sort=False)["rank"].nunique().eq(1).rename("rank_every_seed").reset_index()
     stats = stats.merge(stable, on=curve)
-    columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "setting", "value", "seeds",
-               *stats.columns[len(curve) + 1:]]
+    stats["label"] = stats["method"].map(LABELS)
+    stats["grid_edge"] = [grid_edge(tuned, row) for row in stats.to_dict("records")]
+    columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "label", "setting", "value",
+               "grid_edge", "seeds", *stats.columns[len(curve) + 1:-2]]
     return stats[columns].sort_values(["dataset", *([] if across_k else ["clients_per_round"]), "epochs", "rank"],
                                       kind="stable")
+
+
+def grid_edge(tuned: pd.DataFrame | None, curve: dict) -> str:
+    """Where a findings curve's value sits in the grid it was tuned over: `lowest` or `highest` (an
+    edge: the best value may lie beyond it), `inside`, `only` (a grid of one), or "" where it was not
+    tuned (a fixed value). The grid is tuned_mu.csv's row of the curve's setting; without one (a value
+    taken from another experiment's tuning, `mu_from`), the rows of its dataset, method and setting
+    that chose this value, where they agree."""
+    if tuned is None or not len(tuned):
+        return ""
+    mine = tuned[(tuned["dataset"] == curve["dataset"]) & (tuned["method"] == curve["method"])
+                 & (tuned["setting"] == curve["setting"]) & np.isclose(tuned["chosen"].astype(float), curve["value"])]
+    here = mine[(mine["clients_per_round"] == curve["clients_per_round"]) & (mine["epochs"] == curve["epochs"])
+                & (mine["rounds"] == curve["rounds"])]
+    edges = {_edge(curve["value"], row["candidates"]) for row in (here if len(here) else mine).to_dict("records")}
+    return edges.pop() if len(edges) == 1 else ""
+
+
+def _edge(value: float, candidates: str) -> str:
+    grid = sorted(float(v) for v in str(candidates).split(";"))
+    if len(grid) == 1:
+        return "only"
+    return "lowest" if np.isclose(value, grid[0]) else "highest" if np.isclose(value, grid[-1]) else "inside"

@@ -84,7 +84,8 @@ rule summarise:
 
 rule findings:
     """A figure in numbers: per setting and curve, the tail means over the seeds, their min and
-    max, the ranking by tail loss and whether every seed alone ranks the same."""
+    max, the ranking by tail loss, whether every seed alone ranks the same and whether a tuned
+    value sits at its grid's edge."""
     input:
         tuned=tuned_inputs,
         runs=infos_of(figure_runs),
@@ -101,6 +102,7 @@ rule findings:
         fraction=lookup(dpath="tuning/fraction", within=config),
         # the successors' figure holds every K of a dataset in one panel (full-participation methods)
         panels=lambda w: "--across-k" if config["experiments"][w.experiment]["figure"] == "successors" else "",
+        tuned=lambda wildcards, input: f"--tuned {input.tuned}" if input.tuned else "",
     wildcard_constraints:
         experiment=alternatives(figure_experiments()),
     conda:
@@ -114,5 +116,6 @@ rule findings:
     benchmark:
         benchmark_path("findings", "{experiment}")
     shell:
-        "python -m fedsim.warm findings --fraction {params.fraction} {params.panels} --out {output} {input.runs}"
+        "python -m fedsim.warm findings --fraction {params.fraction} {params.panels} {params.tuned} --out {output}"
+        " {input.runs}"
         " > {log} 2>&1"

@@ -19,9 +19,9 @@ execution strategy the run picked. w0 is the global model unless the method name
 state and per-device tables, as SCAFFOLD's control variates); the run checkpoints it with the
 model, so a resumed run ends bit-identical.
 
-A method module ends with `METHOD = Method(...)`: its name, label and colour in the figures,
-exchanges per round, the vectors each device sends and receives (`traffic`), which devices send
-full gradients first, whether every device must take part, how its mu (or the one option it is
+A method module ends with `METHOD = Method(...)`: its name, label, colour, dash pattern and family
+in the figures, exchanges per round, the vectors each device sends and receives (`traffic`), which
+devices send full gradients first, whether every device must take part, how its mu (or the one option it is
 tuned over) is chosen, its settings (`options`) and named variants. The CLI, the run settings, the workflow (its schema,
 its runs and their mu) and the figures read REGISTRY, which holds every module here that
 declares a METHOD: adding a method is one file plus its test (scaffold.py is the example).
@@ -48,6 +48,14 @@ if TYPE_CHECKING:
 MU_CHOICES = ("none", "fixed", "tuned")   # mu always 0 | the dataset's fedprox_mu (no default) | tuned over a grid
 GRADIENTS = ("none", "sampled", "all")    # who sends a full gradient at w^{t-1} before solving
 TUNED_MU = "mu"                           # the tuned setting's name where it is mu (else an option's)
+# The families a method declares (`family`): the successors' figure draws each in panels of its own,
+# so that no panel holds more curves than an eye can tell apart. A method without one is its own family.
+FAMILIES = {
+    "averaging": "averaging local models",
+    "dane": "DANE's gradient correction and Newton-type",
+    "drift": "control variates against client drift",
+    "server": "server optimisers",
+}
 
 
 @dataclass(frozen=True)
@@ -180,6 +188,7 @@ class Variant:
     color: str
     options: dict
     mclr_only: bool = False   # defined for the MCLR models only
+    dashes: tuple = ()        # its curves' dash pattern, as Method.dashes
 
 
 def no_state(params, num_devices: int) -> dict:
@@ -225,6 +234,10 @@ class Method:
     name: str
     label: str
     color: str                        # its curves' colour in every figure
+    # its curves' dash pattern in every figure: on, off, ... lengths in line widths; () solid. Each
+    # method and variant its own (tests/test_figures.py), so that curves that coincide stay two
+    dashes: tuple = ()
+    family: str | None = None         # one of FAMILIES; None: a family of its own
     local_problem: Callable | None = None  # what the engines solve by SGD; or, instead,
     local_solver: Callable | None = None   # (ctx, state) -> local models: a local solver of the method's own
     server_update: Callable = average_models
@@ -245,6 +258,7 @@ class Method:
         assert self.mu in MU_CHOICES and self.gradients in GRADIENTS, self.name
         assert (self.local_problem is None) != (self.local_solver is None), self.name
         assert self.tuned is None or (self.mu == "none" and self.options[self.tuned].grid), self.name
+        assert self.family is None or self.family in FAMILIES, self.name
 
     @property
     def tuned_setting(self) -> str | None:
@@ -293,16 +307,24 @@ class Entry:
     method: Method
     label: str
     color: str
+    dashes: tuple             # its dash pattern (Method.dashes)
     options: dict             # the options it fixes
     mclr_only: bool = False
+
+    @property
+    def family(self) -> str:
+        """Its method's family (a variant's is its method's); a method without one: its name."""
+        return self.method.family or self.method.name
 
 
 def _entries() -> dict[str, Entry]:
     entries = {}
     for method in REGISTRY.values():
-        entries[method.name] = Entry(method.name, method, method.label, method.color, {}, method.mclr_only)
+        entries[method.name] = Entry(method.name, method, method.label, method.color, method.dashes, {},
+                                     method.mclr_only)
         for name, v in method.variants.items():
-            entries[name] = Entry(name, method, v.label, v.color, dict(v.options), v.mclr_only or method.mclr_only)
+            entries[name] = Entry(name, method, v.label, v.color, v.dashes, dict(v.options),
+                                  v.mclr_only or method.mclr_only)
     return entries
 
 

@@ -59,7 +59,8 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="done", label="DONE", color="darkgreen", local_solver=local_solver, server_update=server_update,
+    name="done", label="DONE", color="darkgreen", dashes=(4, 1.5, 4, 1.5, 1, 1.5), family="dane",
+    local_solver=local_solver, server_update=server_update,
     exchanges=2, gradients="all", full_participation=True, mclr_only=True, order=130, tuned="alpha",
     down=2, up=1,  # the model and g down, d_k up (and the gradient exchange: fedsim.methods.traffic)
     options={

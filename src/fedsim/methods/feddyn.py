@@ -77,7 +77,8 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="feddyn", label="FedDyn", color="teal", local_problem=local_problem, server_update=server_update,
+    name="feddyn", label="FedDyn", color="teal", dashes=(9, 2, 1, 2), family="drift",
+    local_problem=local_problem, server_update=server_update,
     init=init, order=85, down=1, up=1, tuned="alpha",  # theta^{t-1} down, theta_k up
     options={
         "alpha": Option(0.01, "regularisation weight alpha", above=0.0, grid=(0.001, 0.01, 0.1, 1.0)),

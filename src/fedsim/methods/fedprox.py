@@ -12,5 +12,6 @@ def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
     return LocalProblem(mu=float(ctx.mu), correction=None)
 
 
-METHOD = Method(name="fedprox", label="FedProx", color="tab:green", local_problem=local_problem, mu="fixed",
+METHOD = Method(name="fedprox", label="FedProx", color="tab:green", dashes=(4, 1.5), family="averaging",
+                local_problem=local_problem, mu="fixed",
                 order=20)

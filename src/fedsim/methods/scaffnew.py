@@ -55,7 +55,8 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="scaffnew", label="Scaffnew", color="olivedrab", local_problem=local_problem, server_update=server_update,
+    name="scaffnew", label="Scaffnew", color="olivedrab", dashes=(6, 3, 1, 3), family="drift",
+    local_problem=local_problem, server_update=server_update,
     init=init, full_participation=True, order=140, tuned="p",  # x down, x_k - (gamma/p) h_k up
     options={
         "p": Option(0.01, "probability of communicating after a local step (mean local steps 1/p)", above=0.0, at_most=1.0,
