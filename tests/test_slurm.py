@@ -198,10 +198,11 @@ def cut_run(slurm_cluster, tmp_path_factory):
     driver = Driver(cluster, slurm_cluster, proc)
     try:
         first = driver.running_job_that_saved(None)
-        saved = driver.pause_run()
+        driver.pause_run()
         subprocess.run(["scancel", str(first)], env=slurm_cluster, check=True)
         driver.wait_until_ended(first)
-        second = driver.running_job_that_saved(saved)
+        # the cancelled run wrote a checkpoint as it stopped (SIGTERM): wait for the next job's own
+        second = driver.running_job_that_saved(driver.saved_checkpoint())
         driver.pause_run()  # past its checkpoint: SLURM cuts the job at its time limit
         driver.wait_until_ended(second)
         proc.wait(timeout=max(driver.deadline - time.monotonic(), 1))
@@ -235,6 +236,10 @@ def test_a_cancelled_job_is_retried_and_resumes_to_a_local_runs_metrics(cut_run)
     first_log, second_log = cut_run["attempt_logs"]
     assert "starting, 2400 rounds" in first_log, first_log
     assert "resumed from its checkpoint at round" in second_log, second_log
+    # each cut job ended with the run's one stop line: a checkpoint at the round it reached
+    for log in (first_log, second_log):
+        assert re.search(r"^fedsim train: stopped at round \d+ of 2400 by SIGTERM; checkpoint written to ", log,
+                         re.M), log
     assert (cut_run["cluster"] / METRICS).read_bytes() == (cut_run["local"] / METRICS).read_bytes()
 
 
