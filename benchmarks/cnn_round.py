@@ -1,23 +1,23 @@
-"""Time one round of local SGD with LEAF's FEMNIST CNN: fedsim's engines against a hand-written torch loop.
+"""Time one round of local SGD with a CNN (LEAF's, or LeNet-5): fedsim's engines against a hand-written torch loop.
 
-    python benchmarks/cnn_round.py [--clients 10] [--epochs 1] [--samples 200] [--batch-size 10]
-                                   [--threads 1] [--repeats 3] [--device auto] [--small]
+    python benchmarks/cnn_round.py [--model cnn|lenet5] [--clients 10] [--epochs 1] [--samples 200]
+                                   [--batch-size 10] [--threads 1] [--repeats 3] [--device auto]
 
 The same K devices, the same mini-batches (fedsim's plans, `engine.batch_plan`), three ways:
-- batched: fedsim's general local-step rule as the run takes it (on a CPU the CNN's devices one at
-  a time: CNN.stacks_on);
+- batched: fedsim's general local-step rule as the run takes it (the model's `stacks_on` says
+  whether a round's devices run as one stack or one at a time on this device type);
 - stacked: the same rule with all K devices as one stacked computation (their images as channel
   groups of one grouped convolution, the dense layers as batched matmuls), what a GPU runs;
 - loop: fedsim's per-device oracle (functional model, torch.autograd.grad per step);
-- torch: what a user would write by hand, one `nn.Module` and one `optim.SGD` per device.
+- torch: what a user would write by hand, one `nn.Module` (the model's `as_module`) and one
+  `optim.SGD` per device.
 Images are random 28x28 in [0, 1], 62 classes; device sizes drawn uniformly in [N/2, 3N/2] (LEAF's
-FEMNIST writers hold ~230 samples on average). `--small`: LeNet-5-sized channels (6, 16), hidden 120.
+FEMNIST writers hold ~230 samples on average).
 
-Flops are counted from the shapes, per real sample (padded batch slots are not useful work): a
-forward pass is 2 k^2 (side^2 c1 + (side/2)^2 c1 c2) + 2 (flat hidden + hidden classes) multiply-
-adds x 2; a training step is three forward passes' worth (forward, the gradient with respect to
-the inputs, the gradient with respect to the weights) less the first convolution's input
-gradient, which nobody needs. ReLU, pooling and the loss are left out (well under 1 %). The FMA
+Flops are counted from the shapes, per real sample (padded batch slots are not useful work), by the
+model (`CNN.training_flops`): a training step is three forward passes' worth (forward, the gradient
+with respect to the inputs, the gradient with respect to the weights) less the first convolution's
+input gradient, which nobody needs. ReLU, pooling and the loss are left out (well under 1 %). The FMA
 peak is the compiled probe's (benchmarks/peak.py, one core, float32) times the threads; the
 share is flops / (seconds x peak). Prints s/round for each engine (best of --repeats) and the
 ratios to `batched`.
@@ -40,40 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fedsim.engine import (Clients, SGDSettings, _local_sgd_stacked, batch_plan, local_sgd_batched,  # noqa: E402
                            local_sgd_loop)
 from fedsim.methods import LocalProblem  # noqa: E402
-from fedsim.models.cnn import CNN  # noqa: E402
+from fedsim.models import get_model  # noqa: E402
 from peak import fma_peak  # noqa: E402
-
-
-def forward_flops(model: CNN) -> int:
-    """Flops of one sample's forward pass through the convolutions and the dense layers."""
-    c1, c2 = model.channels
-    k2, side = model.kernel ** 2, model.side
-    conv1, conv2 = 2 * k2 * side ** 2 * c1, 2 * k2 * (side // 2) ** 2 * c1 * c2
-    dense = 2 * (model.layout.shapes["dense.kernel"][0] * model.hidden + model.hidden * model.num_classes)
-    return conv1 + conv2 + dense
-
-
-def training_flops(model: CNN) -> int:
-    """Flops of one sample's SGD step: forward, input gradients (not the first layer's), weight gradients."""
-    c1, side = model.channels[0], model.side
-    return 3 * forward_flops(model) - 2 * model.kernel ** 2 * side ** 2 * c1
-
-
-def reference_net(model: CNN) -> nn.Module:
-    """The CNN as torch.nn layers (tests/test_cnn.py checks this network against fedsim's)."""
-    c1, c2 = model.channels
-    return nn.Sequential(nn.Unflatten(1, (1, model.side, model.side)),
-                         nn.Conv2d(1, c1, model.kernel, padding=model.kernel // 2), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Conv2d(c1, c2, model.kernel, padding=model.kernel // 2), nn.ReLU(), nn.MaxPool2d(2),
-                         nn.Flatten(), nn.Linear(model.layout.shapes["dense.kernel"][0], model.hidden), nn.ReLU(),
-                         nn.Linear(model.hidden, model.num_classes))
 
 
 def torch_loop(model, params, problem, clients: Clients, devices, settings, round_):
     """One nn.Module and one optim.SGD per device over the same batches (plain FedAvg local steps)."""
     out = []
     for device in devices:
-        net = reference_net(model)
+        net = model.as_module(params)
         opt = torch.optim.SGD(net.parameters(), lr=settings.lr)
         base = int(clients.offsets[device])
         for batch in batch_plan(int(clients.sizes[device]), settings, round_, int(device)):
@@ -105,14 +80,14 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--small", action="store_true", help="LeNet-5-sized: channels (6, 16), hidden 120")
+    parser.add_argument("--model", default="cnn", choices=["cnn", "lenet5"], help="LEAF's CNN or LeNet-5")
     parser.add_argument("--engines", nargs="+", default=["batched", "stacked", "loop", "torch"],
                         choices=["batched", "stacked", "loop", "torch"])
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           "cpu" if args.device == "auto" else args.device)
-    model = CNN(channels=(6, 16), hidden=120) if args.small else CNN()
+    model = get_model(args.model)()
     rng = np.random.default_rng(0)
     sizes = rng.integers(max(1, args.samples // 2), args.samples * 3 // 2 + 1, args.clients)
     n = int(sizes.sum())
@@ -124,8 +99,8 @@ def main(argv=None):
     call = (model, params, LocalProblem(mu=0.0, correction=None), clients, np.arange(args.clients), settings, 0)
     engines = {"batched": local_sgd_batched, "stacked": _local_sgd_stacked, "loop": local_sgd_loop, "torch": torch_loop}
     seconds = {name: timed(engines[name], *call, repeats=args.repeats) for name in args.engines}
-    flops = training_flops(model) * args.epochs * n
-    print(f"CNN {model.layout.size:,} parameters: K={args.clients} E={args.epochs} B={args.batch_size} "
+    flops = model.training_flops() * args.epochs * n
+    print(f"{model.label} {model.layout.size:,} parameters: K={args.clients} E={args.epochs} B={args.batch_size} "
           f"samples/device~{args.samples} ({n * args.epochs} sample-steps, {flops / 1e9:.1f} Gflop a round) on "
           f"{device}, {args.threads} thread(s)", flush=True)
     peak = fma_peak(np.float32) * args.threads if device.type == "cpu" else None

@@ -1,5 +1,5 @@
-"""The FEMNIST CNN (fedsim.models.cnn): LEAF's layers and size, one stacked computation for K devices
-that equals K separate ones, and the batched engine against the per-device loop."""
+"""The CNN family (fedsim.models.cnn, lenet5): LEAF's CNN's and LeNet-5's layers and sizes, one stacked
+computation for K devices that equals K separate ones, and the batched engine against the per-device loop."""
 
 import numpy as np
 import pytest
@@ -9,12 +9,17 @@ from torch import nn
 from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
 from fedsim.methods import LocalProblem
 from fedsim.models.cnn import CNN
+from fedsim.models.lenet5 import LeNet5
 
 SIZES = [1, 7, 12, 5]  # ragged devices
 
 
 def small_cnn():
-    return CNN(num_classes=5, side=8, channels=(2, 3), hidden=6)
+    return CNN(num_classes=5, side=8, channels=(2, 3), hidden=(6,))
+
+
+def small_lenet():
+    return LeNet5(num_classes=5, side=16, channels=(2, 3), hidden=(6, 4))  # 16 -> 12 -> 6 -> 2 -> 1
 
 
 def images(model, n, seed=0, dtype=torch.float64):
@@ -24,22 +29,35 @@ def images(model, n, seed=0, dtype=torch.float64):
 
 
 def reference_module(model: CNN, params: torch.Tensor) -> nn.Module:
-    """The same network written with torch.nn layers, its weights copied from params."""
+    """LEAF's CNN written with torch.nn layers, its weights copied from params."""
     c1, c2 = model.channels
     net = nn.Sequential(nn.Unflatten(1, (1, model.side, model.side)),
                         nn.Conv2d(1, c1, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
                         nn.Conv2d(c1, c2, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                        nn.Linear(c2 * (model.side // 4) ** 2, model.hidden), nn.ReLU(),
-                        nn.Linear(model.hidden, model.num_classes)).to(params.dtype)
+                        nn.Linear(c2 * (model.side // 4) ** 2, model.hidden[0]), nn.ReLU(),
+                        nn.Linear(model.hidden[0], model.num_classes)).to(params.dtype)
+    copy_weights(model, params, net, [(1, "conv1"), (4, "conv2"), (8, "dense1"), (10, "out")])
+    return net
+
+
+def reference_lenet(model: LeNet5, params: torch.Tensor) -> nn.Module:
+    """LeNet-5 written with torch.nn layers (NIID-Bench's SimpleCNNMNIST), its weights copied from params."""
+    (c1, c2), (h1, h2), s = model.channels, model.hidden, model.side
+    net = nn.Sequential(nn.Unflatten(1, (1, s, s)), nn.Conv2d(1, c1, 5), nn.ReLU(), nn.MaxPool2d(2),
+                        nn.Conv2d(c1, c2, 5), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                        nn.Linear(c2 * ((s - 4) // 2 - 4) ** 2 // 4, h1), nn.ReLU(), nn.Linear(h1, h2), nn.ReLU(),
+                        nn.Linear(h2, model.num_classes)).to(params.dtype)
+    copy_weights(model, params, net, [(1, "conv1"), (4, "conv2"), (8, "dense1"), (10, "dense2"), (12, "out")])
+    return net
+
+
+def copy_weights(model, params, net, layers):
     p = model.layout.views(params)
     with torch.no_grad():
-        for layer, name in ((net[1], "conv1"), (net[4], "conv2")):
-            layer.weight.copy_(p[f"{name}.kernel"])
-            layer.bias.copy_(p[f"{name}.bias"])
-        for layer, name in ((net[8], "dense"), (net[10], "out")):
-            layer.weight.copy_(p[f"{name}.kernel"].T)
-            layer.bias.copy_(p[f"{name}.bias"])
-    return net
+        for index, name in layers:
+            kernel = p[f"{name}.kernel"]
+            net[index].weight.copy_(kernel if kernel.dim() == 4 else kernel.T)
+            net[index].bias.copy_(p[f"{name}.bias"])
 
 
 def test_leaf_femnist_cnn_has_its_parameter_count_and_shapes():
@@ -47,7 +65,7 @@ def test_leaf_femnist_cnn_has_its_parameter_count_and_shapes():
     assert model.layout.size == 6_603_710  # LEAF's models/femnist/cnn.py at 28x28 and 62 classes
     shapes = model.layout.shapes
     assert shapes["conv1.kernel"] == (32, 1, 5, 5) and shapes["conv2.kernel"] == (64, 32, 5, 5)
-    assert shapes["dense.kernel"] == (7 * 7 * 64, 2048) and shapes["out.kernel"] == (2048, 62)
+    assert shapes["dense1.kernel"] == (7 * 7 * 64, 2048) and shapes["out.kernel"] == (2048, 62)
     params = model.init(torch.Generator().manual_seed(0))
     x, _ = images(model, 3, dtype=torch.float32)
     assert model.logits(params, x).shape == (3, 62)
@@ -57,7 +75,7 @@ def test_leaf_femnist_cnn_has_its_parameter_count_and_shapes():
 def test_init_is_glorot_uniform_with_zero_biases():
     model = CNN()
     views = model.layout.views(model.init(torch.Generator().manual_seed(0)))
-    for name, fan_in, fan_out in (("conv1", 25, 32 * 25), ("conv2", 32 * 25, 64 * 25), ("dense", 3136, 2048)):
+    for name, fan_in, fan_out in (("conv1", 25, 32 * 25), ("conv2", 32 * 25, 64 * 25), ("dense1", 3136, 2048)):
         limit = (6 / (fan_in + fan_out)) ** 0.5
         kernel = views[f"{name}.kernel"]
         assert kernel.abs().max() <= limit and kernel.abs().max() > 0.95 * limit
@@ -65,12 +83,33 @@ def test_init_is_glorot_uniform_with_zero_biases():
         assert torch.all(views[f"{name}.bias"] == 0)
 
 
-def test_logits_equal_the_same_network_in_torch_nn():
-    model = small_cnn()
+@pytest.mark.parametrize("make, reference", [(small_cnn, reference_module), (small_lenet, reference_lenet),
+                                             (LeNet5, reference_lenet)])
+def test_logits_equal_the_same_network_in_torch_nn(make, reference):
+    model = make()
     params = model.init(torch.Generator().manual_seed(1), torch.float64)
-    params[model.layout.size - 20:] += 0.1  # biases too (they start at zero)
+    params[model.layout.size - 20:] += 0.1  # biases too (LEAF's start at zero)
     x, _ = images(model, 9)
-    torch.testing.assert_close(model.logits(params, x), reference_module(model, params)(x), rtol=1e-12, atol=1e-12)
+    expected = reference(model, params)(x)
+    torch.testing.assert_close(model.logits(params, x), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(model.as_module(params)(x), expected, rtol=1e-12, atol=1e-12)
+
+
+def test_lenet5_has_its_parameter_count_shapes_and_he_uniform_init():
+    model = LeNet5()
+    assert model.layout.size == 48_846  # 156 + 2,416 + 30,840 + 10,164 + 5,270 at 28x28 and 62 classes
+    shapes = model.layout.shapes
+    assert shapes["conv1.kernel"] == (6, 1, 5, 5) and shapes["conv2.kernel"] == (16, 6, 5, 5)
+    assert shapes["dense1.kernel"] == (4 * 4 * 16, 120) and shapes["dense2.kernel"] == (120, 84)
+    assert shapes["out.kernel"] == (84, 62)
+    # 28 -> 24 -> 12 (pool) -> 8 -> 4: multiply-adds of the convolutions and the dense layers, x 2
+    assert model.forward_flops() == 2 * (24 * 24 * 6 * 25 + 8 * 8 * 16 * 150 + 256 * 120 + 120 * 84 + 84 * 62)
+    views = model.layout.views(model.init(torch.Generator().manual_seed(0)))
+    for name, fan_in in (("conv1", 25), ("conv2", 150), ("dense1", 256), ("dense2", 120), ("out", 84)):
+        bound = (6 / fan_in) ** 0.5  # He-uniform: Kaiming's rule for ReLU
+        kernel = views[f"{name}.kernel"]
+        assert kernel.abs().max() <= bound and kernel.abs().max() > 0.8 * bound
+        assert torch.all(views[f"{name}.bias"] == 0)
 
 
 def test_a_stack_of_devices_equals_each_device_alone():
@@ -90,14 +129,15 @@ def test_a_stack_of_devices_equals_each_device_alone():
         torch.testing.assert_close(grads[k], expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("make", [small_cnn, small_lenet])
 @pytest.mark.parametrize("stacked", [False, True])
 @pytest.mark.parametrize("batch_size", [1, 4, 20])
-def test_batched_engine_equals_the_per_device_loop(batch_size, stacked, monkeypatch):
+def test_batched_engine_equals_the_per_device_loop(batch_size, stacked, make, monkeypatch):
     """A whole round on ragged devices, proximal and correction terms on: the general rule one device
     at a time (the CNN on a CPU) and as one stack (on a GPU; here forced on the CPU)."""
     if stacked:
         monkeypatch.setattr(CNN, "stacks_on", ("cpu", "cuda"))
-    model = small_cnn()
+    model = make()
     params = model.init(torch.Generator().manual_seed(1), torch.float64)
     x, y = images(model, sum(SIZES), seed=3)
     clients = Clients.from_arrays(model.prepare_inputs(x), y, np.concatenate([[0], np.cumsum(SIZES)]))
@@ -125,9 +165,11 @@ def test_device_grads_are_each_devices_full_gradient():
         torch.testing.assert_close(grads[k], expected, rtol=1e-10, atol=1e-12)
 
 
-def test_a_non_square_image_is_refused_in_one_line():
-    with pytest.raises(ValueError, match="divisible by 4"):
+def test_an_image_the_poolings_cannot_halve_is_refused_in_one_line():
+    with pytest.raises(ValueError, match="cannot take 30x30 images: a convolution's output side 15 does not halve"):
         CNN(side=30)
+    with pytest.raises(ValueError, match="lenet5 model cannot take 30x30 images: a convolution's output side 9"):
+        LeNet5(side=30)
 
 
 def femnist_like(path, devices=4, per_device=8, classes=10, seed=0):

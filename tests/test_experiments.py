@@ -114,3 +114,15 @@ def test_mclr_only_methods_leave_a_dataset_of_another_model_out():
     cnn = experiments.plan(cfg)
     assert {"done"} <= set(mclr["method"]) and not {"done", "feddane_authors"} & set(cnn["method"])
     assert len(cnn) == len(mclr[~mclr["method"].isin(["done", "feddane_authors"])])
+
+
+def test_an_experiments_own_grid_replaces_the_method_files_for_that_experiment_only():
+    """config/successors-cnn.yaml's `grids`: Scaffnew over its p values there; FedDyn over its file's grid."""
+    cfg = yaml.safe_load((REPO / "config" / "successors.yaml").read_text())
+    base = default_config()
+    cfg = {**base, **cfg, "experiments": {**base["experiments"], **cfg["experiments"]}}
+    cfg["experiments"]["successors"]["grids"] = {"scaffnew": [0.05, 0.1, 0.2]}
+    check_config(cfg, SCHEMA, REPO)
+    runs = experiments.tuning_runs(cfg, experiments.plan(cfg))
+    values = {method: {run.mu for run in runs if run.method == method} for method in ("scaffnew", "feddyn")}
+    assert values == {"scaffnew": {"0.05", "0.1", "0.2"}, "feddyn": {"0.001", "0.01", "0.1", "1"}}

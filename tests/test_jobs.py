@@ -75,3 +75,10 @@ def test_device_auto_is_the_cpu_for_mclr_and_the_gpu_for_other_models():
     assert {d: jobs.train_gpus(cfg, d) for d in "sfct"} == {"s": 0, "f": 0, "c": 1, "t": 1}
     cfg["simulator"]["device"] = "cpu"
     assert {jobs.train_device(cfg, d) for d in "sfct"} == {"cpu"}
+
+
+def test_a_runs_metric_settings_and_model_reach_its_command_line():
+    cfg = {"datasets": {"s": {"load": "auto"},
+                        "c": {"load": "memory", "eval_devices": 25, "eval_every": 5, "model": "lenet5"}}}
+    assert jobs.eval_args(cfg, "s") == "--load auto"
+    assert jobs.eval_args(cfg, "c") == "--load memory --eval-devices 25 --eval-every 5 --model lenet5"

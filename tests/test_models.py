@@ -57,6 +57,7 @@ def test_readmes_models_table_states_each_models_size():
     from fedsim import models
     from fedsim.models.char_lstm import CharLSTM
     from fedsim.models.cnn import CNN
+    from fedsim.models.lenet5 import LeNet5
     from fedsim.models.sent140_lstm import Sent140LSTM
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
@@ -64,6 +65,6 @@ def test_readmes_models_table_states_each_models_size():
     rows = {m.group(1): m.group(2) for m in re.finditer(r"^\| `(\w+)` \|.*\| ([^|]+) \|$", table, re.M)}
     assert set(rows) == set(models.REGISTRY)
     sizes = {"char_lstm": CharLSTM().layout.size, "sent140_lstm": Sent140LSTM(torch.zeros(2, 300)).layout.size,
-             "cnn": CNN().layout.size}
+             "cnn": CNN().layout.size, "lenet5": LeNet5().layout.size}
     for name, size in sizes.items():
         assert rows[name].startswith(f"{size:,}"), (name, rows[name])

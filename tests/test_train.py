@@ -33,6 +33,24 @@ def test_run_records_every_round_from_the_initial_model(data):
     assert record["config"]["method"] == "fedavg" and record["dataset"]["name"] == "tiny"
 
 
+def test_eval_every_keeps_the_metrics_of_every_nth_round_and_the_last_and_trains_the_same(data):
+    every, _ = run(config(data, method="feddane", mu=0.1, rounds=7))
+    sparse, record = run(config(data, method="feddane", mu=0.1, rounds=7, eval_every=3))
+    assert list(sparse["round"]) == [0, 3, 6, 7]
+    pd.testing.assert_frame_equal(sparse, every[every["round"].isin([0, 3, 6, 7])].reset_index(drop=True))
+    assert record["config"]["eval_every"] == 3
+    assert settings.fingerprint(config(data)) == settings.fingerprint(config(data, eval_every=1))
+    assert "eval_every" in settings.fingerprint(config(data, eval_every=3))
+
+
+def test_eval_every_stops_a_diverging_run_at_the_round_its_model_is_no_longer_finite(data):
+    metrics, record = run(config(data, method="feddane", mu=0.0, lr=1e38, rounds=20, eval_every=10))
+    diverged = record["result"]["diverged_round"]
+    assert diverged is not None and diverged < 10 and list(metrics["round"]) == [0, diverged]
+    with pytest.raises(ValueError, match="bad run setting eval_every=2: theory=True measures every round"):
+        run(config(data, theory=True, eval_every=2))
+
+
 def test_run_is_a_pure_function_of_config_and_seed(data):
     a, _ = run(config(data, method="feddane", mu=0.1, seed=3))
     b, _ = run(config(data, method="feddane", mu=0.1, seed=3))

@@ -285,6 +285,9 @@ def _check_experiment(cfg, name, exp) -> None:
             method_setting(cfg, method, Setting(dataset, "", "", ""))  # raises where every device is unknown
         if exp.get("theory") and not trains_mclr(cfg, dataset):
             raise ConfigError(where + ["theory"], f"the theorems' constants are measured for MCLR models only, not {dataset}")
+        if exp.get("theory") and cfg["datasets"][dataset].get("eval_every", 1) != 1:
+            raise ConfigError(["datasets", dataset, "eval_every"], f"must be 1 for experiment {name}, whose runs "
+                                                                   "measure the theorems' constants every round")
     if exp.get("figure") == "theory" and not exp.get("theory"):
         raise ConfigError(where + ["theory"], "must be true for figure: theory (its runs log the constants it draws)")
     if "mu" in exp:
@@ -293,6 +296,24 @@ def _check_experiment(cfg, name, exp) -> None:
                 raise ConfigError(where + [key], "not with `mu` (the experiment's mu values are fixed)")
     if "mu_from" in exp:
         _check_mu_from(cfg, name, exp)
+    for method, grid in exp.get("grids", {}).items():
+        _check_grid(where + ["grids", method], exp, method, grid)
+
+
+def _check_grid(where, exp, method, grid) -> None:
+    """An experiment's own grid for a method it runs that is tuned over an option, each value in
+    the option's domain (mu's grid is `mu_grid`)."""
+    if method not in exp["methods"]:
+        raise ConfigError(where, f"the experiment does not run {method}")
+    tuned = ENTRIES[method].method.tuned
+    if tuned is None:
+        raise ConfigError(where, f"{method} is not tuned over an option of its own"
+                                 + (" (its mu grid is `mu_grid`)" if method_kind(method) == "tuned" else ""))
+    for i, value in enumerate(grid):
+        try:
+            ENTRIES[method].method.resolve({tuned: value}, from_text=False)
+        except ValueError as err:
+            raise ConfigError(where + [i], str(err)) from None
 
 
 def _check_mu_from(cfg, name, exp) -> None:

@@ -198,7 +198,7 @@ def round_train_seconds(sizes, k, epochs, batch_size, consts, selection="uniform
 
 
 def run_cost(sizes: Sizes, *, rounds, k, epochs, batch_size, consts, gradients="none", eval_devices=None,
-             selection="uniform") -> RunCost:
+             selection="uniform", eval_every=1) -> RunCost:
     """Seconds of one run (see the module docstring); `gradients`: the method's full-gradient
     exchange (fedsim.methods: none, sampled = K devices, all = every device)."""
     train = sizes.train
@@ -209,7 +209,8 @@ def run_cost(sizes: Sizes, *, rounds, k, epochs, batch_size, consts, gradients="
     share = 1.0 if eval_devices is None else min(1.0, eval_devices / n_dev)
     eval_rows = share * float(train.sum() + sizes.test.sum())
     per_eval = consts["eval_row_s"] * eval_rows + consts["grad_row_s"] * share * float(g.sum())
-    return RunCost(rounds * per_round, rounds * consts["grad_row_s"] * g_rows, (rounds + 1) * per_eval)
+    evaluations = rounds // eval_every + 1 + (rounds % eval_every > 0)  # rounds 0, n, 2n, ... and the last
+    return RunCost(rounds * per_round, rounds * consts["grad_row_s"] * g_rows, evaluations * per_eval)
 
 
 def run_round_seconds(config, kind: str, constants=None) -> float | None:
@@ -220,7 +221,7 @@ def run_round_seconds(config, kind: str, constants=None) -> float | None:
     consts = (constants or load_constants(os.environ.get(CALIBRATION_ENV))[0])[kind]
     cost = run_cost(file_sizes(config.data), rounds=config.rounds, k=config.clients_per_round, epochs=config.epochs,
                     batch_size=config.batch_size, consts=consts, gradients=ENTRIES[config.method].method.gradients,
-                    eval_devices=config.eval_devices, selection=config.selection)
+                    eval_devices=config.eval_devices, selection=config.selection, eval_every=config.eval_every)
     return cost.total_s / max(config.rounds, 1)
 
 
@@ -245,11 +246,12 @@ def load_constants(path=None) -> tuple[dict, str]:
 
 def lstm_run_cost(cfg, dataset, sizes: Sizes, constants, *, method, k, epochs, rounds) -> RunCost:
     """One run of the workflow on an LSTM dataset: the model above with the dataset entry's batch
-    size and eval_devices, the simulator's selection and the method's gradient exchange."""
+    size, eval_devices and eval_every, the simulator's selection and the method's gradient exchange."""
     entry = cfg["datasets"][dataset]
     return run_cost(sizes, rounds=rounds, k=k, epochs=epochs, batch_size=int(entry["batch_size"]),
                     consts=constants[entry["kind"]], gradients=ENTRIES[method].method.gradients,
-                    eval_devices=entry.get("eval_devices"), selection=cfg["simulator"]["selection"])
+                    eval_devices=entry.get("eval_devices"), selection=cfg["simulator"]["selection"],
+                    eval_every=entry.get("eval_every", 1))
 
 
 def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> list[DatasetCost]:

@@ -159,11 +159,12 @@ def setting_name(method) -> str:
 
 
 def setting_grid(cfg, method, experiment) -> list:
-    """The values a tuned method is tuned over: its option's grid, or the (experiment's) mu grid."""
-    tuned = ENTRIES[method].method.tuned
+    """The values a tuned method is tuned over: its option's grid (or the experiment's `grids` entry
+    for it), or the (experiment's) mu grid."""
+    exp, tuned = cfg["experiments"][experiment], ENTRIES[method].method.tuned
     if tuned:
-        return list(ENTRIES[method].method.options[tuned].grid)
-    return cfg["experiments"][experiment].get("mu_grid", cfg["tuning"]["mu_grid"])
+        return list(exp.get("grids", {}).get(method, ENTRIES[method].method.options[tuned].grid))
+    return exp.get("mu_grid", cfg["tuning"]["mu_grid"])
 
 
 def tuned_methods(cfg) -> list[str]:

@@ -141,6 +141,7 @@ def planned_runs_csv(cfg, plan, run_dir) -> str:
         options=[method_options_text(cfg, m) for m in plan["method"]],
         setting=[setting_name(m) for m in plan["method"]],
         eval_devices=[entry.get("eval_devices", "") for entry in datasets],
+        eval_every=[entry.get("eval_every", 1) for entry in datasets],
         model=[entry.get("model") or "" for entry in datasets],
         **{key: cfg["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
         run=[run_dir(*run) if run.mu != "tuned" else "" for run in plan[list(RUN_FIELDS)].itertuples(index=False)],
@@ -164,9 +165,11 @@ def setting_args(method, value) -> str:
 
 
 def eval_args(cfg, dataset) -> str:
-    """How a run reads its dataset, on how many devices it computes the metrics, and which model it trains."""
+    """How a run reads its dataset, on how many devices and how often it computes the metrics, and which model
+    it trains."""
     entry = cfg["datasets"][dataset]
     return f"--load {entry['load']}" + (f" --eval-devices {entry['eval_devices']}" if "eval_devices" in entry else "") \
+        + (f" --eval-every {entry['eval_every']}" if "eval_every" in entry else "") \
         + (f" --model {entry['model']}" if entry.get("model") else "")
 
 

@@ -134,6 +134,8 @@ def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
         raise ValueError("bad run setting theory=True: the theorems' constants are measured for the MCLR models only")
     if config.theory and get_method(config.method).local_solver is not None:
         raise ValueError(f"bad run setting theory=True: {config.method} solves no local problem the theorems describe")
+    if config.theory and config.eval_every != 1:
+        raise ValueError(f"bad run setting eval_every={config.eval_every}: theory=True measures every round")
 
 
 class InputBuffer:
@@ -444,15 +446,17 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint, stop,
             checkpoint.save(config, t, params, rows, state)
         if stopping:
             raise Stopped(stop.signal, t, config.rounds)
-        started = time.perf_counter()
-        rows.append({"round": t, "communication_rounds": t * method.exchanges,
-                     **counts,
-                     **evaluate(model, params, data.eval_train, data.eval_test)})
-        clock["evaluation"] += time.perf_counter() - started
-        if on_round is not None:
-            on_round(rows[-1])
-        if not (math.isfinite(rows[-1]["train_loss"]) and all_finite(params)):
-            return rows, t, (start or None)
+        finite = all_finite(params)
+        if t % config.eval_every == 0 or t == config.rounds or not finite:
+            started = time.perf_counter()
+            rows.append({"round": t, "communication_rounds": t * method.exchanges,
+                         **counts,
+                         **evaluate(model, params, data.eval_train, data.eval_test)})
+            clock["evaluation"] += time.perf_counter() - started
+            if on_round is not None:
+                on_round(rows[-1])
+            if not (finite and math.isfinite(rows[-1]["train_loss"])):
+                return rows, t, (start or None)
         if t == config.rounds:
             return rows, None, (start or None)
         if config.rng == "authors":

@@ -6,12 +6,15 @@ max-pooling, a dense layer of 2,048 (ReLU) and one logit per class: 6,603,710 pa
 a convolution its fan is the kernel's area times the channels, as TensorFlow counts it), biases
 zero: TensorFlow's layer defaults, which LEAF keeps.
 
+The class is the family "convolutions, each with ReLU and 2x2 max-pooling, then dense layers":
+a smaller member (LeNet-5, lenet5.py) sets its channels, padding, dense widths and initialiser.
+
 Parameters are one flat vector (P,), or a stack of K devices' models (K, P), cut into views by a
 Layout. A stack runs as ONE computation: the K devices' images side by side as channel groups of
 one grouped convolution, and the dense layers as batched matmuls. Each device's loss touches only
 its own slice of the stack, so one backward gives every device's gradient (Model.stacked_grads).
-The flattening after the second pooling is channels-first (TensorFlow's is channels-last); the
-two differ by a fixed permutation of the dense layer's rows, the same model.
+The flattening after the last pooling is channels-first (TensorFlow's is channels-last); the
+two differ by a fixed permutation of the first dense layer's rows, the same model.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from . import Layout, Model, glorot_uniform
 
@@ -33,32 +37,68 @@ class CNN(Model):
     # on a CPU core a round's devices one at a time run faster than their stack as one grouped
     # convolution (benchmarks/cnn_round.py, docs/performance.md); a GPU gains from the stack
     stacks_on = ("cuda",)
+    channels = (32, 64)
+    hidden = (2048,)
+    kernel = 5
+    same_padding = True   # LEAF's "same"; False: no padding ("valid"), each convolution trims kernel - 1
 
-    def __init__(self, num_classes: int = 62, side: int = 28, channels=(32, 64), hidden: int = 2048,
-                 kernel: int = 5):
-        if side % 4:
-            raise ValueError(f"the CNN takes square images of a side divisible by 4 (two 2x2 poolings), not {side}")
-        self.num_classes, self.side, self.channels = num_classes, side, channels
-        self.hidden, self.kernel = hidden, kernel
-        c1, c2 = channels
-        flat = c2 * (side // 4) ** 2
-        self.layout = Layout({"conv1.kernel": (c1, 1, kernel, kernel), "conv1.bias": (c1,),
-                              "conv2.kernel": (c2, c1, kernel, kernel), "conv2.bias": (c2,),
-                              "dense.kernel": (flat, hidden), "dense.bias": (hidden,),
-                              "out.kernel": (hidden, num_classes), "out.bias": (num_classes,)})
+    def __init__(self, num_classes: int = 62, side: int = 28, channels=None, hidden=None):
+        self.num_classes, self.side = num_classes, side
+        self.channels = tuple(channels or self.channels)
+        self.hidden = tuple(hidden or self.hidden)
+        self.sides = self._sides(side)   # each convolution's output side (before its pooling)
+        shapes, fan_in = {}, 1
+        for i, c in enumerate(self.channels, 1):
+            shapes |= {f"conv{i}.kernel": (c, fan_in, self.kernel, self.kernel), f"conv{i}.bias": (c,)}
+            fan_in = c
+        width = self.channels[-1] * (self.sides[-1] // 2) ** 2
+        for i, h in enumerate(self.hidden, 1):
+            shapes |= {f"dense{i}.kernel": (width, h), f"dense{i}.bias": (h,)}
+            width = h
+        shapes |= {"out.kernel": (width, num_classes), "out.bias": (num_classes,)}
+        self.layout = Layout(shapes)
+
+    def _sides(self, side: int) -> list[int]:
+        sides, s = [], side
+        for _ in self.channels:
+            s = s if self.same_padding else s - self.kernel + 1
+            if s < 2 or s % 2:
+                raise ValueError(f"the {self.name} model cannot take {side}x{side} images: a convolution's "
+                                 f"output side {s} does not halve in 2x2 pooling")
+            sides.append(s)
+            s //= 2
+        return sides
+
+    @property
+    def padding(self) -> int:
+        return self.kernel // 2 if self.same_padding else 0
 
     @property
     def floats_per_sample(self) -> int:
-        c1, c2 = self.channels
-        return self.side ** 2 * c1 + (self.side // 2) ** 2 * c2 + self.hidden  # the activations kept
+        """The activations kept per sample: each convolution's output and each dense layer's."""
+        return sum(s * s * c for s, c in zip(self.sides, self.channels)) + sum(self.hidden)
+
+    def forward_flops(self) -> int:
+        """Flops of one sample's forward pass (multiply-adds x 2; ReLU, pooling, loss left out)."""
+        fan_in, flops = 1, 0
+        for s, c in zip(self.sides, self.channels):
+            flops += 2 * self.kernel ** 2 * s * s * fan_in * c
+            fan_in = c
+        return flops + sum(2 * math.prod(shape) for name, shape in self.layout.shapes.items()
+                           if name.endswith(".kernel") and len(shape) == 2)
+
+    def training_flops(self) -> int:
+        """Flops of one sample's SGD step: forward, input gradients (not the first layer's: nobody
+        needs them) and weight gradients, three forward passes' worth less the first layer's one."""
+        return 3 * self.forward_flops() - 2 * self.kernel ** 2 * self.sides[0] ** 2 * self.channels[0]
 
     @classmethod
     def build(cls, dataset, dtype, device) -> "CNN":
         pixels = math.prod(dataset.feature_shape)
         side = math.isqrt(pixels)
         if side * side != pixels:
-            raise ValueError(f"bad run setting model='cnn': {dataset.path.name}'s samples have {pixels} features, "
-                             "not a square image")
+            raise ValueError(f"bad run setting model={cls.name!r}: {dataset.path.name}'s samples have {pixels} "
+                             "features, not a square image")
         return cls(num_classes=dataset.num_classes, side=side)
 
     def init(self, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
@@ -86,12 +126,13 @@ class CNN(Model):
         k, b = x.shape[:2]
         # devices as channel groups: (B, K * channels, side, side)
         h = x.reshape(k, b, 1, self.side, self.side).transpose(0, 1).reshape(b, k, self.side, self.side)
-        for layer in ("conv1", "conv2"):
-            weight, bias = p[f"{layer}.kernel"], p[f"{layer}.bias"]
-            h = F.conv2d(h, weight.flatten(0, 1), bias.flatten(), padding=self.kernel // 2, groups=k)
+        for i in range(1, len(self.channels) + 1):
+            weight, bias = p[f"conv{i}.kernel"], p[f"conv{i}.bias"]
+            h = F.conv2d(h, weight.flatten(0, 1), bias.flatten(), padding=self.padding, groups=k)
             h = F.max_pool2d(torch.relu(h), 2)
-        h = h.reshape(b, k, -1).transpose(0, 1)  # (K, B, c2 (side / 4)^2), channels first
-        h = torch.relu(torch.baddbmm(p["dense.bias"].unsqueeze(1), h, p["dense.kernel"]))
+        h = h.reshape(b, k, -1).transpose(0, 1)  # (K, B, channels x side^2), channels first
+        for i in range(1, len(self.hidden) + 1):
+            h = torch.relu(torch.baddbmm(p[f"dense{i}.bias"].unsqueeze(1), h, p[f"dense{i}.kernel"]))
         return torch.baddbmm(p["out.bias"].unsqueeze(1), h, p["out.kernel"])
 
     def losses(self, logits, y) -> torch.Tensor:
@@ -99,6 +140,28 @@ class CNN(Model):
 
     def hits(self, logits, y) -> torch.Tensor:
         return logits.argmax(-1) == y
+
+    def as_module(self, params: torch.Tensor) -> nn.Sequential:
+        """The same network as torch.nn layers holding a copy of params: what a user would write by hand
+        (tests/test_cnn.py checks one against the other; benchmarks/cnn_round.py times both)."""
+        layers, fan_in = [nn.Unflatten(1, (1, self.side, self.side))], 1
+        for c in self.channels:
+            layers += [nn.Conv2d(fan_in, c, self.kernel, padding=self.padding), nn.ReLU(), nn.MaxPool2d(2)]
+            fan_in = c
+        layers.append(nn.Flatten())
+        dense = [shape for name, shape in self.layout.shapes.items() if name.endswith(".kernel") and len(shape) == 2]
+        for i, (fan_in, fan_out) in enumerate(dense):
+            layers += [nn.Linear(fan_in, fan_out)] + ([nn.ReLU()] if i < len(dense) - 1 else [])
+        net = nn.Sequential(*layers).to(params.dtype)
+        weighted = [layer for layer in net if isinstance(layer, (nn.Conv2d, nn.Linear))]
+        names = [name[:-len(".kernel")] for name in self.layout.shapes if name.endswith(".kernel")]
+        views = self.layout.views(params)
+        with torch.no_grad():
+            for layer, name in zip(weighted, names):
+                kernel = views[f"{name}.kernel"]
+                layer.weight.copy_(kernel if kernel.dim() == 4 else kernel.T)
+                layer.bias.copy_(views[f"{name}.bias"])
+        return net
 
 
 MODEL = CNN
