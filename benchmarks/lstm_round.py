@@ -2,6 +2,13 @@
 
     python benchmarks/lstm_round.py [--datasets shakespeare sent140] [--clients 10] [--epochs 20]
                                     [--samples N] [--batch-size 10] [--threads 1] [--repeats 1]
+                                    [--engines batched eager loop] [--busy]
+
+Engines: `batched`, the general rule as a run takes it (on CUDA each SGD step a replayed CUDA graph:
+fedsim.engine.StepGraphs); `eager`, the same rule with every operation launched on its own (what
+CUDA ran before the graphs; on a CPU the same as batched); `loop`, the per-device oracle. --busy
+(CUDA): the GPU's busy share of one batched round, its kernels' summed time (torch profiler) over the
+round's wall time.
 
 Data are random ids in each dataset's format (Shakespeare: 80 chars over 80 symbols; Sent140:
 25 ids into a random 300-d table of 5000 words), the paper's models at full size. K devices
@@ -101,6 +108,29 @@ def timed(engine, *args, repeats=1) -> float:
     return best
 
 
+def eager(model, *args):
+    """The general rule with each operation launched on its own (no StepGraphs)."""
+    model.graphs_on = ()  # the instance's, over its class's
+    try:
+        return local_sgd_batched(model, *args)
+    finally:
+        del model.graphs_on
+
+
+def busy_share(engine, *args) -> float:
+    """The GPU's kernels' summed time over the wall time of one call (torch profiler, CUDA activity)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        engine(*args)
+        torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.time_range.elapsed_us() for e in kernels) / 1e6 / wall
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", nargs="+", default=["shakespeare", "sent140"], choices=list(MEAN_SAMPLES))
@@ -111,9 +141,10 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--engines", nargs="+", default=["batched", "loop"], choices=["batched", "loop"],
+    parser.add_argument("--engines", nargs="+", default=["batched", "loop"], choices=["batched", "eager", "loop"],
                         help="leave out the loop where it would take too long (the paper's Shakespeare round)")
     parser.add_argument("--estimate", action="store_true", help="print the cost model's estimate beside the measure")
+    parser.add_argument("--busy", action="store_true", help="CUDA: the GPU's busy share of a batched round")
     parser.add_argument("--calibration", help="a `fedsim cost --calibrate --out` JSON file (default: calibrate here)")
     parser.add_argument("--defaults", action="store_true", help="use fedsim.cost.DEFAULTS instead of calibrating")
     args = parser.parse_args(argv)
@@ -133,9 +164,10 @@ def main(argv=None):
         problem, devices = LocalProblem(mu=0.0, correction=None), np.arange(args.clients)
         steps = int(sum(args.epochs * -(-sizes // args.batch_size)))
         call = (model, params, problem, data, devices, settings, 0)
-        engines = {"batched": local_sgd_batched, "loop": local_sgd_loop}
+        engines = {"batched": local_sgd_batched, "eager": eager, "loop": local_sgd_loop}
         seconds = {name: timed(engines[name], *call, repeats=args.repeats) for name in args.engines}
-        ratio = f", loop/batched {seconds['loop'] / seconds['batched']:.2f}x" if len(seconds) == 2 else ""
+        ratio = "".join(f", {name}/batched {s / seconds['batched']:.2f}x" for name, s in seconds.items()
+                        if "batched" in seconds and name != "batched")
         print(f"{dataset}: K={args.clients} E={args.epochs} B={args.batch_size} samples/device~{samples} "
               f"({steps} SGD steps, longest device {args.epochs * -(-sizes.max() // args.batch_size)}) on "
               f"{device}, {args.threads} thread(s): "
@@ -146,6 +178,8 @@ def main(argv=None):
             f"{name} {flops / s / 1e9:.2f} Gflop/s" + (f" ({flops / s / peak:.1%} of the FMA peak, "
                                                         f"{peak / 1e9:.0f} Gflop/s)" if peak else "")
             for name, s in seconds.items()), flush=True)
+        if args.busy and device.type == "cuda":
+            print(f"  GPU busy {busy_share(local_sgd_batched, *call):.1%} of a batched round", flush=True)
         if constants is not None:
             consts = constants[dataset]
             estimate = cost.round_train_seconds(sizes, args.clients, args.epochs, args.batch_size, consts)

@@ -153,11 +153,23 @@ def test_the_calibrate_command_writes_what_fedsim_calibration_measures(tmp_path,
     from fedsim import calibration, cli
 
     measured = {kind: {**consts, "step_s": 1.0} for kind, consts in cost.DEFAULTS.items()}
-    monkeypatch.setattr(calibration, "calibrate", lambda steps: measured)
+    monkeypatch.setattr(calibration, "calibrate", lambda steps, device: {**measured, "device": device})
     out = tmp_path / "benchmarks" / cost.CALIBRATION_FILE
     assert cli.main(["cost", "--calibrate", "--steps", "1", "--out", str(out)]) == 0
     constants, source = cost.load_constants(out)
-    assert constants == measured and "calibrated" in source
+    assert constants == measured and source.startswith("calibrated on cpu")
+
+
+def test_a_gpu_calibration_gives_the_estimate_in_that_gpus_hours():
+    """A calibration measured on CUDA: the lines give GPU-hours and no CPU warning (the CPU's figures say
+    where a GPU is needed; the GPU's are what it costs there)."""
+    cfg = load_config("config/paper.yaml")
+    costs = cost.plan_costs(cfg, experiments.plan(cfg))
+    cpu = cost.report_lines(costs, "calibrated on cpu (c.json)", gpu=False)
+    gpu = cost.report_lines(costs, "calibrated on cuda (NVIDIA H200) (c.json)", gpu=False)
+    assert any("core-hours" in line for line in cpu) and any(line.startswith("WARNING") for line in cpu)
+    assert any("GPU-hours in all on one GPU per run" in line for line in gpu)
+    assert not any(line.startswith("WARNING") or "not calibrated" in line for line in gpu)
 
 
 def test_durations_read_well():
@@ -208,9 +220,24 @@ def test_a_cnn_run_and_the_built_image_kinds_have_estimates():
     cfg = load_config()
     args = dict(method="fedavg", k=10, epochs=1, rounds=50, theory=False, sizes_of=None)
     cfg["datasets"]["synthetic_1_1"]["model"] = "cnn"
-    assert cost.train_seconds(cfg, "synthetic_1_1", **args) == pytest.approx(50 * 10 * cost.CNN_DEVICE_EPOCH_S)
+    assert cost.train_seconds(cfg, "synthetic_1_1", **args) == pytest.approx(
+        (50 * 10 + 51 * 10 / cost.DEFAULT_TRAIN_FRACTION) * cost.CONV_DEVICE_ROWS * cost.CONV_SAMPLE_S["cnn"])
     cfg["datasets"]["pool"] = {"kind": "dirichlet"}
     assert cost.train_seconds(cfg, "pool", **args) == pytest.approx(50 * 10 * cost.MCLR_DEVICE_EPOCH_S["femnist"])
+
+
+def test_a_cnn_runs_estimate_counts_its_samples_gradients_and_evaluations():
+    """Rows a run trains on, the full gradients its method sends, the metrics rows of every
+    `eval_every`-th round on `eval_devices` devices: each at the model's seconds per sample."""
+    cfg = load_config()
+    cfg["datasets"]["synthetic_1_1"].update(model="lenet5", eval_devices=5, eval_every=5)
+    sizes = cost.Sizes(np.full(20, 100), np.full(20, 10), "a built file")
+    args = dict(k=10, epochs=1, rounds=50, theory=False, sizes_of=lambda dataset: sizes)
+    evaluations = 11 * (5 / 20) * 20 * 110  # rounds 0, 5, ..., 50 on a quarter of the rows
+    fedavg = cost.train_seconds(cfg, "synthetic_1_1", method="fedavg", **args)
+    assert fedavg == pytest.approx((50 * 10 * 100 + evaluations) * cost.CONV_SAMPLE_S["lenet5"])
+    feddane = cost.train_seconds(cfg, "synthetic_1_1", method="feddane", **args)  # + K devices' full gradients
+    assert feddane - fedavg == pytest.approx(50 * 10 * 100 * cost.CONV_SAMPLE_S["lenet5"])
 
 
 def test_an_lstm_jobs_estimate_is_the_printed_one():

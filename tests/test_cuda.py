@@ -83,3 +83,43 @@ def test_a_run_on_cuda_gives_the_cpu_metrics(tmp_path, kind):
         assert record["config"]["device"] == device
     np.testing.assert_allclose(results["cuda"].to_numpy(float), results["cpu"].to_numpy(float),
                                rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("kind, lr", [("shakespeare", 0.8), ("sent140", 0.3)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_graphed_lstm_rounds_give_the_eager_rounds_numbers(tmp_path, kind, lr, dtype, monkeypatch):
+    """5 rounds of FedDANE on CUDA, each SGD step a replayed CUDA graph (the LSTMs' default there) against
+    the same steps launched one operation at a time. A graph replays the very kernels the eager step
+    launched, on the same inputs: the same bits are expected in both precisions; the tolerance only
+    allows a library that picks another algorithm under capture (a cuBLAS workspace) one float32 ulp
+    of drift a step, well under what tells two methods or two seeds apart."""
+    from fedsim.models._lstm import LSTMModel
+
+    data = write_leaf_like(tmp_path / f"{kind}.h5", kind, per_device=12 if kind == "shakespeare" else 30)
+    config = RunConfig(data=data, method="feddane", mu=0.01, clients_per_round=2, epochs=1, batch_size=10, lr=lr,
+                       rounds=5, dtype=dtype, device="cuda")
+    graphed, _ = run(config)
+    monkeypatch.setattr(LSTMModel, "graphs_on", ())
+    eager, _ = run(config)
+    tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(graphed.to_numpy(float), eager.to_numpy(float), **tolerance)
+
+
+def test_a_graphed_cuda_run_resumes_bit_identical(tmp_path):
+    """A Shakespeare run on CUDA stopped after round 3 and resumed from its checkpoint ends with the
+    bits of the run never stopped (the graphs are captured again in the resumed process's rounds)."""
+    from fedsim.checkpoint import Checkpoint
+
+    data = write_leaf_like(tmp_path / "s.h5", "shakespeare", per_device=12)
+    settings = dict(data=data, method="feddane", mu=0.01, clients_per_round=2, epochs=1, batch_size=10, lr=0.8,
+                    device="cuda")
+    whole, _ = run(RunConfig(**settings, rounds=5))
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1, seconds=0)
+    run(RunConfig(**settings, rounds=4), checkpoint=checkpoint)  # saved at every round boundary, the last at 4
+    saved = torch.load(checkpoint.path, weights_only=True)
+    from fedsim.checkpoint import _fingerprint
+    saved["settings"] = _fingerprint(RunConfig(**settings, rounds=5))
+    torch.save(saved, checkpoint.path)
+    resumed, record = run(RunConfig(**settings, rounds=5), checkpoint=checkpoint)
+    assert record["result"]["resumed_from_round"] == saved["round"]
+    assert resumed.equals(whole)

@@ -1,6 +1,7 @@
 """The LSTM models: gradients, batched == per-device engine, device_grads, runs on tiny LEAF-format files."""
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -100,3 +101,41 @@ def test_authors_feddane_correction_is_refused_on_the_lstms(tmp_path, kind):
     config = RunConfig(data=data, method="feddane_authors", mu=0.01, clients_per_round=2)
     with pytest.raises(ValueError, match="method='feddane_authors'.*defined for the MCLR models only"):
         run(config)
+
+
+def graphs_on(monkeypatch, device_types):
+    """The LSTMs' steps as StepGraphs on these device types (on a CPU: its buffers and warm-up, no graph)."""
+    monkeypatch.setattr(models._lstm.LSTMModel, "graphs_on", device_types)
+
+
+@pytest.mark.parametrize("make", [tiny_char, tiny_sent])
+def test_graphed_steps_give_the_stacked_rules_bits(make, monkeypatch):
+    """StepGraphs' fixed buffers, per-size captures and undone warm-up steps change no bit: ragged
+    devices (the stack shrinks), correction, proximal term and Mime's anchor on."""
+    model = make()
+    clients, params = tiny_clients(model), params_of(model)
+    devices = np.array([2, 0, 4, 3, 1])
+    g = torch.Generator().manual_seed(3)
+    problem = LocalProblem(mu=0.2, correction=0.05 * torch.randn(len(devices), len(params), generator=g,
+                                                                 dtype=torch.float64),
+                           anchor=params + 0.01 * torch.randn(len(params), generator=g, dtype=torch.float64))
+    settings = SGDSettings(lr=0.3, epochs=3, batch_size=2, seed=11)
+    plain = local_sgd_batched(model, params, problem, clients, devices, settings, 4)
+    graphs_on(monkeypatch, ("cpu",))
+    graphed = local_sgd_batched(model, params, problem, clients, devices, settings, 4)
+    assert (graphed != params).any(dim=1).all()
+    assert torch.equal(graphed, plain)
+
+
+@pytest.mark.parametrize("kind, lr", [("shakespeare", 0.8), ("sent140", 0.3)])
+def test_five_graphed_rounds_give_the_same_losses_and_model(tmp_path, kind, lr, monkeypatch):
+    """The paper's LSTMs over 5 rounds of FedDANE, float32: graphed steps against the plain rule, every
+    metric equal (on a CPU the graph's stand-in runs the same operations: equal bits; on CUDA,
+    tests/test_cuda.py)."""
+    data = write_leaf_like(tmp_path / f"{kind}.h5", kind, per_device=12 if kind == "shakespeare" else 30)
+    config = RunConfig(data=data, method="feddane", mu=0.01, clients_per_round=2, epochs=1, batch_size=10, lr=lr,
+                       rounds=5)
+    plain, _ = run(config)
+    graphs_on(monkeypatch, ("cpu",))
+    graphed, _ = run(config)
+    pd.testing.assert_frame_equal(graphed, plain, check_exact=True)

@@ -360,7 +360,7 @@ def _cost(args) -> None:
 
     from .calibration import calibrate
 
-    constants = calibrate(steps=args.steps)
+    constants = calibrate(steps=args.steps, device=args.device)
     if args.out:
         write_text(args.out, json.dumps(constants, indent=1) + "\n")  # whole or not at all, as every output
         print(f"wrote {args.out}: the workflow's cost estimate reads it from <results_dir>/benchmarks/")
@@ -505,6 +505,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate", action="store_true", required=True,
                    help="time a few batched SGD steps, an evaluation and full gradients of each LSTM (about a minute)")
     p.add_argument("--steps", type=COUNT, default=4, help="SGD steps timed per setting (default: 4)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="where to measure: a CPU core (CPU seconds) or the GPU (wall seconds; the estimate then "
+                        "gives that GPU's hours)")
     p.add_argument("--out", help="write the constants here as JSON (the workflow reads "
                                  "<results_dir>/benchmarks/cost_calibration.json)")
     p.set_defaults(func=_cost)

@@ -230,12 +230,14 @@ def run_round_seconds(config, kind: str, constants=None) -> float | None:
 # ---------------------------------------------------------------------------------------
 
 def load_constants(path=None) -> tuple[dict, str]:
-    """The per-kind constants of a calibration file where it exists, else DEFAULTS; and their source."""
+    """The per-kind constants of a calibration file where it exists, else DEFAULTS; and their source
+    (a GPU calibration's says `calibrated on cuda`: report_lines reads it)."""
     if path is not None and Path(path).is_file():
         try:
             found = json.loads(Path(path).read_text())
-            return {kind: {**DEFAULTS[kind], **found.get(kind, {})} for kind in DEFAULTS}, f"calibrated ({path})"
-        except (OSError, ValueError):
+            constants = {kind: {**DEFAULTS[kind], **found.get(kind, {})} for kind in DEFAULTS}
+            return constants, f"calibrated on {found.get('device', 'cpu')} ({path})"
+        except (OSError, ValueError, AttributeError):
             pass
     return DEFAULTS, "fedsim.cost.DEFAULTS (measured here; `python -m fedsim cost --calibrate` for this machine)"
 
@@ -284,10 +286,13 @@ def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> lis
 # FedAvg, SCAFFOLD, FedDANE) on this machine's CPU (2026-11-26, shared): the default synthetic sets
 # ~0.23 ms; a synthetic set with FEMNIST's 784 features ~0.8 ms (FEMNIST and JSON sets: that, rounded up).
 MCLR_DEVICE_EPOCH_S = {"synthetic": 0.00025, "femnist": 0.001, "json": 0.001}  # other kinds: FEMNIST's
-# A CNN run (a dataset entry's `model: cnn`): LEAF's FEMNIST CNN, ~100 Mflop a sample's SGD step
-# (benchmarks/cnn_round.py) at ~20 Gflop/s on one core, over a FEMNIST writer's ~230 samples, and
-# the evaluation's forward passes: an upper bound until a calibration measures it.
-CNN_DEVICE_EPOCH_S = 2.0
+# A CNN run (a dataset entry's `model`: cnn, lenet5): seconds per training sample (forward and
+# backward) on one CPU core, from benchmarks/cnn_round.py (the `batched` engine, as a run takes it) on
+# this machine, rounded up; a metrics row costs about one such sample (its forward pass, and the full
+# local gradient the dissimilarities need). Rows per device: the built file's, else a LEAF FEMNIST
+# writer's mean, CONV_DEVICE_ROWS. A model not listed here is priced as LEAF's CNN.
+CONV_SAMPLE_S = {"cnn": 0.012, "lenet5": 0.0003}
+CONV_DEVICE_ROWS = 230
 THEORY_FACTOR = 3       # a run logging the theorems' constants (`theory: true`) takes up to ~2.4x
 MARGIN = 1.5            # on the estimate: another machine, a busy node, a cold file cache
 START_MINUTES = 2       # Python, torch and the dataset loaded, before round 0
@@ -299,17 +304,39 @@ USEFUL_SHARE = 0.8      # of a capped job's minutes, what advances its run: not 
 
 def train_seconds(cfg, dataset, *, method, k, epochs, rounds, theory, sizes_of, constants=None) -> float:
     """The estimate of one training run of the workflow on one CPU core: the LSTM model above on
-    Sent140 and Shakespeare (`sizes_of(dataset)`: dataset_sizes'), CNN_DEVICE_EPOCH_S for a CNN,
+    Sent140 and Shakespeare (`sizes_of(dataset)`: dataset_sizes'), conv_run_seconds for a CNN,
     MCLR_DEVICE_EPOCH_S on the others."""
     kind = cfg["datasets"][dataset]["kind"]
     if kind in LSTM_KINDS:
         seconds = lstm_run_cost(cfg, dataset, sizes_of(dataset), constants or DEFAULTS, method=method, k=k,
                                 epochs=epochs, rounds=rounds).total_s
     elif not trains_mclr(cfg, dataset):
-        seconds = rounds * epochs * k * CNN_DEVICE_EPOCH_S
+        seconds = conv_run_seconds(cfg, dataset, sizes_of, method=method, k=k, epochs=epochs, rounds=rounds)
     else:
         seconds = rounds * epochs * k * MCLR_DEVICE_EPOCH_S.get(kind, MCLR_DEVICE_EPOCH_S["femnist"])
     return seconds * (THEORY_FACTOR if theory else 1)
+
+
+def conv_run_seconds(cfg, dataset, sizes_of, *, method, k, epochs, rounds) -> float:
+    """A CNN run: k devices' epochs a round (and their full gradients where the method sends them),
+    and its evaluations (every `eval_every` rounds, on `eval_devices` of the devices), at CONV_SAMPLE_S."""
+    entry = cfg["datasets"][dataset]
+    try:
+        sizes = sizes_of(dataset) if sizes_of is not None else None
+    except KeyError:  # a kind without a table (FEMNIST-62, a partition) before its file is built
+        sizes = None
+    if sizes is not None:
+        devices, device_rows, all_rows = len(sizes.train), float(sizes.train.mean()), float(sizes.train.sum()
+                                                                                            + sizes.test.sum())
+    else:
+        devices, device_rows = entry.get("devices", k), CONV_DEVICE_ROWS
+        all_rows = devices * device_rows / DEFAULT_TRAIN_FRACTION
+    gradients = {"none": 0, "sampled": k, "all": devices}[ENTRIES[method].method.gradients]
+    share = min(1.0, entry.get("eval_devices", devices) / devices)
+    every = entry.get("eval_every", 1)
+    evaluations = rounds // every + 1 + (rounds % every > 0)
+    rows = rounds * (k * epochs + gradients) * device_rows + evaluations * share * all_rows
+    return rows * CONV_SAMPLE_S.get(entry.get("model"), CONV_SAMPLE_S["cnn"])
 
 
 def requested_minutes(seconds: float) -> int:
@@ -400,21 +427,23 @@ def report_lines(costs: list[DatasetCost], constants_source: str, gpu=None) -> l
     if not costs:
         return []
     gpu = gpu_visible() if gpu is None else gpu
+    gpu_figures = constants_source.startswith("calibrated on cuda")  # a GPU's calibration: its hours
     lines = []
     for c in costs:
         parts = c.parts
         share = f"training {parts.train_s / max(c.total_s, 1e-9):.0%}, gradients {parts.grads_s / max(c.total_s, 1e-9):.0%}, " \
                 f"evaluation {parts.eval_s / max(c.total_s, 1e-9):.0%}"
         rounds = sorted(set(c.rounds))
+        on_gpu = c.device in ("cuda", "auto")
+        unit = "GPU-hours in all on one GPU per run" if gpu_figures else "core-hours in all on one CPU thread per run"
         lines.append(f"Cost estimate, {c.dataset}: {c.runs} runs of {'/'.join(map(str, rounds))} rounds, "
                      f"{c.total_s / max(c.runs, 1) / 3600:,.1f} h per run on average (longest {duration(c.longest_s)}; "
-                     f"{share}), {c.total_s / 3600:,.0f} core-hours in all on one CPU thread per run")
-        on_gpu = c.device in ("cuda", "auto")
-        if on_gpu:
+                     f"{share}), {c.total_s / 3600:,.0f} {unit}")
+        if on_gpu and not gpu_figures:
             lines.append(f"  {c.dataset}: simulator.device is {c.device}: these are CPU figures; the runs use a GPU "
                          f"where there is one ({'one is visible here' if gpu else 'none is visible here'}), "
                          "whose speed is not calibrated")
-        if c.longest_s > DAY_S and (not on_gpu or not gpu):
+        if c.longest_s > DAY_S and not gpu_figures and (not on_gpu or not gpu):
             lines.append(f"WARNING: {c.dataset}: a run would take up to {duration(c.longest_s)} on a CPU core "
                          f"({c.total_s / DAY_S:,.0f} core-days for its {c.runs} runs): use a GPU "
                          "(simulator.device: auto), fewer rounds or epochs, or `eval_devices`")

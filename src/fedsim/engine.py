@@ -16,6 +16,9 @@ device, round and epoch), so they agree to rounding:
 - `local_sgd_loop` is the plain per-device loop with autograd: the test oracle and the
   benchmark baseline.
 
+On a device type a model names in `graphs_on` (the LSTMs on CUDA), the general rule replays each
+step as a CUDA graph (`StepGraphs`): the same operations, launched once a step.
+
 No engine runs a problem without a part it asks for: each checks `LocalProblem.in_use()`
 against the fields it implements and refuses, in one line, what it cannot.
 
@@ -199,9 +202,9 @@ def _local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, d
     if problem.correction is not None:
         correction = problem.correction[torch.from_numpy(order).to(params.device)]
     index_all = torch.from_numpy(rows).to(clients.x.device)
-    for step in range(int(steps[0]) if len(steps) else 0):
-        active = int(np.count_nonzero(steps > step))  # longest first: the active ones are a prefix
-        index = index_all[torch.from_numpy(first[:active] + step).to(index_all.device)]  # (active, B)
+
+    def sgd_step(active: int, index: torch.Tensor) -> None:
+        """One step of the first `active` models of the stack on their batches' rows `index` (active, B)."""
         real = index != clients.sentinel
         weight = real.to(params.dtype) / real.sum(-1, keepdim=True).clamp(min=1)  # 1/3 in float64 for float64
         w, x, y = stacked[:active], clients.x[index], clients.y[index]
@@ -213,7 +216,58 @@ def _local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, d
         if mu:
             grad = grad + mu * (w - params)
         w -= lr * grad  # in place: updates the stack
+
+    run_step = StepGraphs(sgd_step, stacked, index_all) if params.device.type in model.graphs_on else sgd_step
+    for step in range(int(steps[0]) if len(steps) else 0):
+        active = int(np.count_nonzero(steps > step))  # longest first: the active ones are a prefix
+        run_step(active, index_all[torch.from_numpy(first[:active] + step).to(index_all.device)])
     return stacked[torch.from_numpy(np.argsort(order)).to(params.device)]
+
+
+class StepGraphs:
+    """A round's SGD steps replayed as CUDA graphs: one launch a step instead of one per operation.
+
+    An LSTM step is thousands of small kernels (every operation of every time step, forward and
+    backward), so on a GPU its time is their launches, not their arithmetic. Each step of the stack
+    reads its batches' rows from one fixed buffer and updates the stack in place, so the step of
+    `active` devices is the same graph every time: captured at its first use (after warm-up steps
+    whose updates are undone), then replayed. The graphs hold this round's tensors (rows, stack,
+    correction) and go with it. On another device type (the tests, on a CPU) the same buffers and
+    warm-up run, and a replay is the step called again: the same numbers as the plain stacked rule.
+    """
+
+    WARMUP = 2  # eager steps before a capture: lazy initialisation (cuBLAS handles, autograd) off the graph
+
+    def __init__(self, step, stacked: torch.Tensor, index_all: torch.Tensor):
+        self.step, self.stacked = step, stacked
+        self.index = index_all.new_empty(len(stacked), index_all.shape[1])  # (K, B): each step's rows, copied in
+        self.graphs = {}
+        self.stream = torch.cuda.Stream(stacked.device) if stacked.device.type == "cuda" else None
+
+    def __call__(self, active: int, index: torch.Tensor) -> None:
+        self.index[:active].copy_(index)
+        if active not in self.graphs:
+            self.graphs[active] = self._capture(active)
+        self.graphs[active]()
+
+    def _capture(self, active: int):
+        saved = self.stacked.clone()
+        view = self.index[:active]
+        if self.stream is None:
+            for _ in range(self.WARMUP):
+                self.step(active, view)
+            self.stacked.copy_(saved)
+            return lambda: self.step(active, view)
+        self.stream.wait_stream(torch.cuda.current_stream(self.stacked.device))
+        with torch.cuda.stream(self.stream):  # warm-up and capture on one stream (its handles made here)
+            for _ in range(self.WARMUP):
+                self.step(active, view)
+            self.stacked.copy_(saved)
+        torch.cuda.current_stream(self.stacked.device).wait_stream(self.stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=self.stream):
+            self.step(active, view)
+        return graph.replay
 
 
 def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):

@@ -12,6 +12,8 @@ A model module ends with `MODEL = <its class>`, a subclass of `Model` that decla
     kinds           the dataset kinds it serves (the HDF5 file's `kind` attribute; `serves`)
     accelerators    engines besides the general torch rule that run it, by name
                     (fedsim.engine.ACCELERATORS: "kernel", the compiled MCLR loop on the CPU)
+    graphs_on       the device types on which the general rule replays each SGD step as a CUDA graph
+                    (a step of many small kernels, as an LSTM's: fedsim.engine.StepGraphs)
     stacks_on       the device types on which the general rule trains a round's devices as one
                     stacked computation; elsewhere it takes them one at a time (faster there)
     linear_softmax  one linear layer and a softmax: the closed forms (local Hessians, the bias
@@ -59,6 +61,7 @@ class Model:
     kinds: tuple[str, ...] = ()
     accelerators: tuple[str, ...] = ()
     stacks_on: tuple[str, ...] = ("cpu", "cuda")
+    graphs_on: tuple[str, ...] = ()
     linear_softmax = False
     layout: Layout | None = None  # the named tensors a flat parameter vector holds
     floats_per_sample = 1   # activations one sample's forward pass keeps: bounds the chunks below
