@@ -218,9 +218,14 @@ def _local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, d
         w -= lr * grad  # in place: updates the stack
 
     run_step = StepGraphs(sgd_step, stacked, index_all) if params.device.type in model.graphs_on else sgd_step
-    for step in range(int(steps[0]) if len(steps) else 0):
+    longest = int(steps[0]) if len(steps) else 0
+    # every step's plan rows, (steps, K), sent once: no host-to-device copy (and wait) per step; a
+    # device's rows past its last step are never read (the active ones are a prefix)
+    at = torch.from_numpy(np.minimum(first[None, :] + np.arange(longest)[:, None], len(rows) - 1))
+    at = at.to(index_all.device)
+    for step in range(longest):
         active = int(np.count_nonzero(steps > step))  # longest first: the active ones are a prefix
-        run_step(active, index_all[torch.from_numpy(first[:active] + step).to(index_all.device)])
+        run_step(active, index_all[at[step, :active]])
     return stacked[torch.from_numpy(np.argsort(order)).to(params.device)]
 
 
