@@ -179,6 +179,7 @@ def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=No
         lines[method] = _curve(ax, selected, metric, label, COLORS[method], x, LINESTYLES[method], log_x)
     if log_x:
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())  # under a decade, matplotlib labels every minor tick: overlapping
     top = _y_range(ax, lines, metric, y_top)
     if not legend:
         return top
