@@ -209,8 +209,13 @@ def run_cost(sizes: Sizes, *, rounds, k, epochs, batch_size, consts, gradients="
     share = 1.0 if eval_devices is None else min(1.0, eval_devices / n_dev)
     eval_rows = share * float(train.sum() + sizes.test.sum())
     per_eval = consts["eval_row_s"] * eval_rows + consts["grad_row_s"] * share * float(g.sum())
-    evaluations = rounds // eval_every + 1 + (rounds % eval_every > 0)  # rounds 0, n, 2n, ... and the last
-    return RunCost(rounds * per_round, rounds * consts["grad_row_s"] * g_rows, evaluations * per_eval)
+    return RunCost(rounds * per_round, rounds * consts["grad_row_s"] * g_rows,
+                   evaluations(rounds, eval_every) * per_eval)
+
+
+def evaluations(rounds: int, eval_every: int) -> int:
+    """How many rounds a run computes its metrics at: 0, n, 2n, ... and the last."""
+    return rounds // eval_every + 1 + (rounds % eval_every > 0)
 
 
 def run_round_seconds(config, kind: str, constants=None) -> float | None:
@@ -326,16 +331,15 @@ def conv_run_seconds(cfg, dataset, sizes_of, *, method, k, epochs, rounds) -> fl
     except KeyError:  # a kind without a table (FEMNIST-62, a partition) before its file is built
         sizes = None
     if sizes is not None:
-        devices, device_rows, all_rows = len(sizes.train), float(sizes.train.mean()), float(sizes.train.sum()
-                                                                                            + sizes.test.sum())
+        devices, device_rows = len(sizes.train), float(sizes.train.mean())
+        all_rows = float(sizes.train.sum() + sizes.test.sum())
     else:
         devices, device_rows = entry.get("devices", k), CONV_DEVICE_ROWS
         all_rows = devices * device_rows / DEFAULT_TRAIN_FRACTION
     gradients = {"none": 0, "sampled": k, "all": devices}[ENTRIES[method].method.gradients]
     share = min(1.0, entry.get("eval_devices", devices) / devices)
-    every = entry.get("eval_every", 1)
-    evaluations = rounds // every + 1 + (rounds % every > 0)
-    rows = rounds * (k * epochs + gradients) * device_rows + evaluations * share * all_rows
+    evaluated = evaluations(rounds, entry.get("eval_every", 1))
+    rows = rounds * (k * epochs + gradients) * device_rows + evaluated * share * all_rows
     return rows * CONV_SAMPLE_S.get(entry.get("model"), CONV_SAMPLE_S["cnn"])
 
 
