@@ -27,6 +27,9 @@ DEFAULT_CONF = Path("/etc/slurm/slurm.conf")
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo")
 LIFETIME = "1800"  # seconds: the daemons' own upper bound
 LOCK = Path("/tmp/fedsim-test-slurm.lock")  # one test cluster at a time: they share DEFAULT_CONF
+# The node offers more CPUs and memory than the machine (config_overrides): the tests' jobs are mostly
+# waiting and starting Python, and a held run holds its CPU while it waits to be cut.
+NODE_CPUS = 8
 
 
 def missing_requirements() -> str | None:
@@ -76,8 +79,9 @@ ReturnToService=2
 MinJobAge=600
 KillWait=5
 JobAcctGatherType=jobacct_gather/none
+SlurmdParameters=config_overrides
 AccountingStorageType=accounting_storage/none
-NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4000 State=UNKNOWN
+NodeName={host} NodeAddr=127.0.0.1 CPUs={NODE_CPUS} RealMemory={NODE_CPUS * 2000} State=UNKNOWN
 PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
 

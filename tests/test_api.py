@@ -17,15 +17,14 @@ from fedsim import api, cli
 from fedsim.data import FederatedDataset
 
 from helpers.workflow import REPO, env
-from tiny import tiny_dataset
 
 # Time, not results: what a run's record may hold differently from one run to the next.
 CLOCK = ("wall_seconds", "local_sgd_seconds", "evaluation_seconds")
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("api") / "tiny.h5", devices=6)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(6)
 
 
 def train_argv(data, settings: dict, out) -> list[str]:

@@ -13,12 +13,11 @@ from fedsim.leaf.leafjson import import_leaf_json
 from fedsim.models.mclr import MCLR
 from fedsim.train import RunConfig, run
 
-from tiny import tiny_dataset
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("authors") / "tiny.h5", devices=10)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(10)
 
 
 def authors_config(data, **kw):

@@ -16,9 +16,9 @@ from helpers.hdf5_damage import flip_byte
 from tiny import tiny_dataset
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("cli") / "tiny.h5", devices=6)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(6)
 
 
 def train_args(data, tmp_path, *extra):

@@ -9,14 +9,14 @@ from fedsim.metrics import COLUMNS
 from fedsim.train import RunConfig, run
 
 from methods_common import device_arrays, hand_local_sgd, local_models, numpy_grad
-from tiny import SIZES, tiny_dataset
+from tiny import SIZES
 
 EVERYONE = list(range(len(SIZES)))
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("dane") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 @pytest.mark.parametrize("engine", ["kernel", "batched", "loop"])

@@ -14,7 +14,7 @@ from fedsim.theory import LocalHessians
 from fedsim.train import RunConfig, run
 
 from methods_common import context, device_arrays, numpy_grad
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 
 def one_device_round(alpha_of, iterations, device=4):
@@ -65,9 +65,9 @@ def test_an_alpha_at_or_above_two_over_lambda_max_is_refused():
         one_device_round(lambda top: 2.0 / top, iterations=3)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("done") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def test_a_run_takes_every_device_and_counts_its_hessian_vector_products(data):

@@ -7,12 +7,12 @@ from fedsim.methods import feddane_exact_gradient
 from fedsim.train import RunConfig, round_devices, run
 
 from methods_common import context, device_arrays, numpy_grad
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("exact_gradient") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def test_correction_is_grad_f_minus_the_solvers_gradient_by_hand():

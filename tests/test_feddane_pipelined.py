@@ -9,12 +9,12 @@ from fedsim.metrics import COLUMNS
 from fedsim.train import RunConfig, run
 
 from methods_common import context, device_arrays, numpy_grad
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("pipelined") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def test_first_round_is_fedprox_bit_for_bit_and_one_exchange_per_round(data):

@@ -13,7 +13,7 @@ from fedsim.checkpoint import Checkpoint, _fingerprint
 from fedsim.train import SELECTION_STREAM, RunConfig, initial_params, run, select_devices
 
 from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, numpy_grad
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 METHOD = feddyn.METHOD
 EPOCHS, ALPHA = 3, 0.1
@@ -21,9 +21,9 @@ SETTINGS = SGDSettings(lr=LR, epochs=EPOCHS, batch_size=1000, seed=0)  # one ful
 ROUNDS = [[4, 1, 2], [5, 2, 2]]  # device 2 again, and twice in round 1 (weighted selection draws so)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("feddyn") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def test_alpha_is_the_tuned_setting():

@@ -10,15 +10,15 @@ from fedsim.methods import fedexp
 from fedsim.train import RunConfig, initial_params, run
 
 from methods_common import mean_loss, train_split, LR, context, local_models, numpy_grad
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 SOLVERS = [4, 2, 3]
 METHOD = fedexp.METHOD
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("fedexp") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def hand_step(x, models, a, eps):

@@ -10,15 +10,15 @@ from fedsim.metrics import COLUMNS
 from fedsim.train import RunConfig, run
 
 from methods_common import LR, context
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 METHOD = fednova.METHOD
 SOLVERS = [4, 1, 3, 0]  # 95, 7, 23 and 1 samples
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("fednova") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def test_equal_local_steps_is_fedavg_and_unequal_ones_are_not(data):

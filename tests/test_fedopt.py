@@ -11,15 +11,14 @@ from fedsim.methods import fedopt, setting_value, variant_of
 from fedsim.train import RunConfig, initial_params, run
 
 from methods_common import mean_loss, train_split, context, local_models, numpy_grad
-from tiny import tiny_dataset
 
 SOLVERS = [4, 2, 3]
 BETA1, BETA2, TAU = 0.9, 0.99, 1e-3
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("fedopt") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def hand_fedopt(x, rounds, optimizer, server_lr, v0, correction):

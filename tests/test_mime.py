@@ -10,7 +10,6 @@ from fedsim.methods import mime
 from fedsim.train import RunConfig, initial_params, run
 
 from methods_common import LR, device_arrays, local_models, mean_loss, numpy_grad, train_split
-from tiny import tiny_dataset
 
 
 @pytest.mark.parametrize("engine", ["kernel", "batched", "loop"])
@@ -28,9 +27,9 @@ def test_the_anchored_local_steps_match_hand_computation(engine):
         np.testing.assert_allclose(models[j].numpy(), w, rtol=1e-10, atol=1e-12)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("mime") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def test_without_the_correction_it_is_mimelite_model_for_model(data):

@@ -11,15 +11,15 @@ from fedsim.metrics import COLUMNS
 from fedsim.train import RunConfig, initial_params, run
 
 from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, numpy_grad
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 SOLVERS = [4, 2, 3]
 METHOD = mimelite.METHOD
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("mimelite") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 @pytest.mark.parametrize("engine", ["kernel", "batched", "loop"])

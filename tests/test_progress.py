@@ -10,7 +10,6 @@ from fedsim.progress import Progress
 from fedsim.records import write_run
 from fedsim.train import RunConfig, run
 
-from tiny import tiny_dataset
 
 
 class FakeClock:
@@ -84,9 +83,9 @@ def test_a_terminal_gets_one_updating_line():
     assert "round 4/10" in text.splitlines()[-1]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("progress") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def test_the_run_is_the_same_with_and_without_progress_lines(data, tmp_path):

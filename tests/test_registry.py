@@ -16,14 +16,12 @@ from fedsim.train import RunConfig, run
 sys.path.insert(0, str(Path(__file__).parent / "reference"))
 import make_method_reference as reference  # noqa: E402
 
-from tiny import tiny_dataset  # noqa: E402
-
 SRC = Path(__file__).resolve().parents[1] / "src"
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("registry") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 @pytest.mark.parametrize("engine", reference.ENGINES)

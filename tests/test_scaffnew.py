@@ -12,12 +12,12 @@ from fedsim.checkpoint import Checkpoint
 from fedsim.train import RunConfig, initial_params, run
 
 from methods_common import mean_loss, numpy_grad, train_split
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("scaffnew") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def config(data, **kwargs):

@@ -11,12 +11,12 @@ from fedsim.checkpoint import Checkpoint
 from fedsim.train import SELECTION_STREAM, RunConfig, initial_params, run, select_devices
 
 from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, local_models, numpy_grad
-from tiny import tiny_clients, tiny_dataset, tiny_params
+from tiny import tiny_clients, tiny_params
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("scaffold") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def test_first_round_is_fedavg_and_later_rounds_correct_by_c_minus_c_k():

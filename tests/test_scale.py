@@ -17,9 +17,9 @@ from fedsim.train import RunConfig, eval_sample, run
 from tiny import tiny_dataset
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("data") / "tiny.h5", devices=12)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(12)
 
 
 def config(data, **kw):

@@ -15,15 +15,15 @@ from fedsim.checkpoint import Checkpoint
 from fedsim.train import RunConfig, run
 
 from methods_common import LR, context, device_arrays, hand_local_sgd, numpy_grad
-from tiny import SIZES, tiny_clients, tiny_dataset, tiny_params
+from tiny import SIZES, tiny_clients, tiny_params
 
 METHOD = sdane.METHOD
 EVERYONE = np.arange(len(SIZES))
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("sdane") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 @pytest.fixture(scope="module")

@@ -10,12 +10,11 @@ from fedsim import authors, settings, train
 from fedsim.engine import ENGINES
 from fedsim.train import RunConfig, read_run, run, select_devices, write_run
 
-from tiny import tiny_dataset
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("data") / "tiny.h5")
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def config(data, **kw):

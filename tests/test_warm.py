@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from fedsim import warm
+from fedsim.stopping import HOLD_FILE_ENV
 
 from helpers.workflow import env as checkout_env
-from tiny import tiny_dataset
 
 TRAIN = ["train", "--method", "feddane", "--mu", "0.1", "--clients-per-round", "3", "--epochs", "2",
          "--batch-size", "5", "--lr", "0.05"]
@@ -30,9 +30,9 @@ def env(tmp_path_factory):
         os.kill(pid, signal.SIGKILL)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    return tiny_dataset(tmp_path_factory.mktemp("warm") / "tiny.h5", devices=8)
+@pytest.fixture
+def data(tiny_data):
+    return tiny_data(8)
 
 
 def server_pids(tmp) -> list[int]:
@@ -104,10 +104,13 @@ def test_ctrl_c_reaches_the_job_which_stops_as_a_cold_one_does(data, env, tmp_pa
     """Ctrl-C in a terminal signals the launcher's process group, not the job (the server's child): the
     launcher sends it on; the job saves its checkpoint at a round boundary and ends with one line,
     the launcher with the job's exit code and no traceback of its own; the rerun resumes exactly."""
-    rounds = 300
+    rounds = 20
     args = [*TRAIN, "--data", data, "--rounds", str(rounds), "--checkpoint", "ckpt.pt", "--metrics", "m.csv",
             "--info", "r.json"]
-    launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *args], env=env, cwd=tmp_path,
+    hold = tmp_path / "hold"  # the job waits at its first round boundary for the Ctrl-C, at any pace
+    hold.touch()
+    launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *args], env={**env, HOLD_FILE_ENV: str(hold)},
+                                cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert "starting" in launcher.stdout.readline()  # the job has evaluated round 0
     os.killpg(launcher.pid, signal.SIGINT)

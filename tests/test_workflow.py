@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from fedsim import methods
+from fedsim.stopping import HOLD_FILE_ENV
 from helpers.workflow import REPO, copy_workflow, default_config, env, job_counts, snakemake, write_config
 
 pytestmark = pytest.mark.workflow
@@ -608,15 +609,18 @@ def test_ctrl_c_leaves_one_line_in_the_job_log_and_the_rerun_resumes(tmp_path):
     shutil.copytree(REPO / "profiles", workdir / "profiles")  # the default profile, as from the repository's root
     cfg = default_config()
     cfg["synthetic"]["devices"] = 8
-    cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=1000)}
+    cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=20)}
     cfg["seeds"] = [0]
     cfg["experiments"] = {"figure1": {"figure": "figure1", "datasets": ["synthetic_iid"], "methods": ["feddane"],
                                       "mu": [1], "clients_per_round": 3, "epochs": 1}}
     write_config(workdir, cfg)
     log = workdir / "results" / "logs" / "train" / "synthetic_iid" / "feddane" / "mu1_K3_E1_seed0.log"
     with open(tmp_path / "snakemake.txt", "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=workdir, env=env(),
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        hold = tmp_path / "hold"  # the run waits at its first round boundary for the Ctrl-C, at any pace
+        hold.touch()
+        proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=workdir,
+                                env={**env(), HOLD_FILE_ENV: str(hold)}, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
         deadline = time.monotonic() + 600
         while not (log.exists() and "starting" in log.read_text()):  # round 0 evaluated
             assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "snakemake.txt").read_text()
@@ -626,7 +630,7 @@ def test_ctrl_c_leaves_one_line_in_the_job_log_and_the_rerun_resumes(tmp_path):
     out = (tmp_path / "snakemake.txt").read_text()
     lines = log.read_text().splitlines()
     assert proc.returncode != 0 and "Traceback" not in out and "KeyboardInterrupt" not in out, out
-    stopped = re.fullmatch(r"fedsim train: stopped at round (\d+) of 1000 by SIGINT; checkpoint written to "
+    stopped = re.fullmatch(r"fedsim train: stopped at round (\d+) of 20 by SIGINT; checkpoint written to "
                            r"results/checkpoints/synthetic_iid/feddane/mu1_K3_E1_seed0\.pt; rerun the same command "
                            "to resume", lines[-1])
     assert stopped and len(lines) == 2, lines  # the progress' start line, then the one line

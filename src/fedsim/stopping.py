@@ -15,11 +15,16 @@ before it has imported anything heavy.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
+import time
 
 # a batch system's walltime or scancel, Ctrl-C, a site's warning before the walltime
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+# While the file this variable names exists, a run waits at each round boundary after its first round.
+HOLD_FILE_ENV = "FEDSIM_HOLD_FILE"
+HOLD_POLL_SECONDS = 0.05
 
 
 def signal_name(signum: int) -> str:
@@ -83,3 +88,16 @@ class StopSignals:
             self.signal = signum
             return
         raise Stopped(signum, dropped=self.graceful)
+
+
+def hold_at_round_boundary(stop: StopSignals | None) -> None:
+    """Wait while the file FEDSIM_HOLD_FILE names exists; a stop signal (graceful `stop`) ends the wait.
+
+    A pause a user can set and lift without losing the process, and what lets a test act on a run that
+    is still running whatever the machine's pace: the run cannot end before the test has signalled it
+    or removed the file (tests/test_slurm.py, tests/test_stopping.py)."""
+    path = os.environ.get(HOLD_FILE_ENV)
+    if not path:
+        return
+    while os.path.exists(path) and (stop is None or stop.signal is None):
+        time.sleep(HOLD_POLL_SECONDS)

@@ -63,7 +63,7 @@ from .metrics import COLUMNS, evaluate
 from . import models
 from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
 from .settings import RunConfig, check_clients_per_round, check_participation, init_file
-from .stopping import StopSignals, Stopped
+from .stopping import StopSignals, Stopped, hold_at_round_boundary
 from .theory import THEORY_COLUMNS, LocalHessians, measure_theory
 
 SELECTION_STREAM, SECOND_SUBSET_STREAM, INIT_STREAM, EVAL_STREAM = 10, 11, 12, 13
@@ -440,6 +440,8 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint, stop,
         return drawn[t]
 
     for t in range(start, config.rounds + 1):
+        if t > start:
+            hold_at_round_boundary(stop)
         stopping = stop is not None and stop.signal is not None  # a signal came: stop here, at a round boundary
         if checkpoint is not None and (checkpoint.due(t, start) or stopping and t > start):
             state["counts"] = torch.tensor(list(counts.values()), dtype=torch.int64)

@@ -64,8 +64,11 @@ def copy_workflow(dest, with_src=False):
         shutil.copytree(REPO / folder, dest / folder, ignore=shutil.ignore_patterns("__pycache__"))
     if with_src:
         # A checkout with code of its own: the rules' code fingerprints hash it, and Snakemake and
-        # the jobs import it before the repository's src/ (workflow/rules/checkout.smk).
-        shutil.copytree(SRC, dest / "src", ignore=shutil.ignore_patterns("__pycache__"))
+        # the jobs import it before the repository's src/ (workflow/rules/checkout.smk). Its numba
+        # cache comes along (tests/conftest.py fills it): numba keys it on each source file's time
+        # and size, which the copy keeps, so the copy's jobs load the kernels instead of compiling
+        # them; a file a test then edits is compiled anew. Python's own bytecode is left behind.
+        shutil.copytree(SRC, dest / "src", ignore=shutil.ignore_patterns("*.pyc"))
     return dest
 
 

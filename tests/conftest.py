@@ -1,0 +1,62 @@
+"""What the whole test session shares: numba's compiled kernel, made once before any test (every
+workflow copy and job then loads it: helpers/workflow.py copies it with the code), and one tiny
+dataset per size, written once and only read by the tests that ask for it (`tiny_data`).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tiny import tiny_dataset
+
+
+def pytest_sessionstart(session):
+    """Compile (or load) the float32 kernels into numba's cache beside this checkout's src/ now, so
+    that no Snakemake job of a test compiles them again (the jobs of a copy with code of its own load
+    the copied cache: helpers/workflow.copy_workflow)."""
+    from fedsim import kernel, shuffle
+
+    kernel.warm_up()
+    shuffle.warm_up()
+
+
+@pytest.fixture(scope="session")
+def tiny_data(tmp_path_factory):
+    """tiny_data(devices): the path of a tiny synthetic dataset (tiny.tiny_dataset) with that many
+    devices, written once a session. Read it, never change it: a test that damages or rewrites a
+    dataset writes its own."""
+    made = {}
+
+    def path(devices=8):
+        if devices not in made:
+            made[devices] = tiny_dataset(tmp_path_factory.mktemp(f"tiny{devices}") / "tiny.h5", devices=devices)
+        return made[devices]
+
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
+def pytest_collection_modifyitems(config, items):
+    """Under parallel workers (pytest-xdist, --dist loadgroup), the tests that share a fixture of a
+    wider scope than one test, written in a test file (a tiny workflow run, the SLURM cluster), run
+    in one worker: the fixture is made once, as without workers. The others go wherever a worker is
+    free."""
+    for item in items:
+        group = shared_fixture(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+def shared_fixture(item):
+    """The first fixture `item` uses whose scope is wider than a function and that a test module (or
+    a module beside the tests, as slurm_cluster.py) defines; None where it uses none."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    for name in info.names_closure:
+        for definition in info.name2fixturedefs.get(name, ()):
+            module = getattr(definition.func, "__module__", "") or ""
+            if definition.scope != "function" and module not in ("conftest", __name__) \
+                    and not module.startswith("_pytest"):
+                return f"{module}::{name}"
+    return None
