@@ -5,6 +5,8 @@ dataset per size, written once and only read by the tests that ask for it (`tiny
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tiny import tiny_dataset
@@ -13,9 +15,15 @@ from tiny import tiny_dataset
 def pytest_sessionstart(session):
     """Compile (or load) the float32 kernels into numba's cache beside this checkout's src/ now, so
     that no Snakemake job of a test compiles them again (the jobs of a copy with code of its own load
-    the copied cache: helpers/workflow.copy_workflow)."""
+    the copied cache: helpers/workflow.copy_workflow). In a worker of several (pytest-xdist), torch
+    computes on one thread: three workers' thread pools on two cores spin against each other, and
+    made some tests 15 times slower."""
+    import torch
+
     from fedsim import kernel, shuffle
 
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(1)
     kernel.warm_up()
     shuffle.warm_up()
 
@@ -39,12 +47,17 @@ def tiny_data(tmp_path_factory):
 def pytest_collection_modifyitems(config, items):
     """Under parallel workers (pytest-xdist, --dist loadgroup), the tests that share a fixture of a
     wider scope than one test, written in a test file (a tiny workflow run, the SLURM cluster), run
-    in one worker: the fixture is made once, as without workers. The others go wherever a worker is
-    free."""
+    in one worker: the fixture is made once, as without workers. They go first, as they are the
+    longest units of work (a long one started last would be the suite's tail); the others go
+    wherever a worker is free."""
+    grouped = []
     for item in items:
         group = shared_fixture(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+            grouped.append(item)
+    first = set(grouped)
+    items[:] = grouped + [item for item in items if item not in first]
 
 
 def shared_fixture(item):

@@ -39,3 +39,14 @@ def test_the_quick_run_plans_one_dataset_one_seed_and_few_rounds(tmp_path):
     expected = [path for path in named if not path.endswith("/")]
     expected += [folder + name for folder in figures for name in re.findall(r"`([\w.]+\.png)`", section)]
     assert len(expected) >= 3 and all(path in out for path in expected), [p for p in expected if p not in out]
+
+
+def test_ci_runs_the_readmes_test_command():
+    """CI (.ci/run) runs the README's test command, both its steps, and nothing that narrows the
+    suite: the command that passes on CI is the one a reader runs."""
+    text = (REPO / "README.md").read_text()
+    (command,) = re.findall(r"Install and run the tests:\n\n```bash\n(.*?)\n```", text, re.S)
+    install, tests = command.split(" && ")
+    ci = [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines() if not line.lstrip().startswith("#")]
+    assert install in ci, ci
+    assert any(line.startswith(tests) and line[len(tests):].strip() in ("", "|| status=$?") for line in ci), ci
