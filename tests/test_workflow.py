@@ -518,8 +518,10 @@ def test_authors_config_replays_their_runs(tmp_path):
 
 def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_path):
     """config/successors.yaml's experiment on a tiny dataset, 2 rounds, with every method and variant:
-    full-participation methods at K = all devices, each tuned method over its own setting's grid, the
-    setting in the run's folder, tuned_mu.csv, findings and runs.csv with the costs."""
+    full-participation methods at K = all devices, each tuned method over a grid of its own setting
+    (two values of its file's grid, through the experiment's `grids`: that the file's grid is the
+    default is tests/test_experiments.py's), the setting in the run's folder, tuned_mu.csv, findings
+    and runs.csv with the costs."""
     from fedsim.experiments import fmt
     from fedsim.methods import ENTRIES, REGISTRY
 
@@ -532,8 +534,11 @@ def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_pa
     cfg["datasets"] = {"synthetic_1_1": dict(cfg["datasets"]["synthetic_1_1"], rounds=2)}
     cfg["tuning"]["mu_grid"] = [0, 1]
     cfg["seeds"] = [0]
+    grids = {name: list(entry.method.options[entry.method.tuned].grid[:2])
+             for name, entry in ENTRIES.items() if entry.method.tuned}
     cfg["experiments"] = {"successors": {**successors["experiments"]["successors"], "datasets": ["synthetic_1_1"],
-                                         "methods": list(ENTRIES), "clients_per_round": 3, "epochs": 1}}
+                                         "methods": list(ENTRIES), "clients_per_round": 3, "epochs": 1,
+                                         "grids": grids}}
     write_config(workdir, cfg)
     code, out = snakemake(workdir, "--cores", "2")
     assert code == 0, out
@@ -549,7 +554,7 @@ def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_pa
     for name, entry in ENTRIES.items():
         if entry.method.tuned:
             assert settings[name] == entry.method.tuned
-            grid = entry.method.options[entry.method.tuned].grid
+            grid = grids[name]
             folders = {p.name.split("_K")[0] for p in (results / "runs" / "synthetic_1_1" / name).iterdir()}
             assert folders == {f"{entry.method.tuned}{fmt(value)}" for value in grid}, name
     findings = read_csv(results / "summary" / "findings_successors.csv")
