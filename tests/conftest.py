@@ -6,10 +6,19 @@ dataset per size, written once and only read by the tests that ask for it (`tiny
 from __future__ import annotations
 
 import os
+import signal
 
 import pytest
 
 from tiny import tiny_dataset
+
+
+def pytest_configure(config):
+    """A shell's background job (`python -m pytest &`, a CI script's) starts with Ctrl-C ignored, and
+    every process it starts inherits that: the tests that press Ctrl-C on a run (SIGINT) would see
+    it ignored. Python's own handler here lets them reach the processes they start."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_sessionstart(session):

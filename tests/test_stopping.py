@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from fedsim import cli
+from fedsim import cli, stopping
 from fedsim.checkpoint import Checkpoint
 from fedsim.stopping import HOLD_FILE_ENV, StopSignals, Stopped
 from fedsim.train import RunConfig, run, write_run
@@ -38,7 +38,11 @@ def config(data, **kw):
 
 
 def metrics_bytes(cfg, folder, checkpoint=None):
-    metrics, record = run(cfg, checkpoint=checkpoint)
+    return metrics_bytes_with(cfg, folder, checkpoint=checkpoint)
+
+
+def metrics_bytes_with(cfg, folder, **run_args):
+    metrics, record = run(cfg, **run_args)
     write_run(metrics, record, folder / "metrics.csv", folder / "run.json")
     return (folder / "metrics.csv").read_bytes()
 
@@ -67,10 +71,15 @@ def test_a_signal_stops_train_at_a_round_boundary_and_the_rerun_resumes_exactly(
     command = [sys.executable, "-m", "fedsim", *train_argv(data, tmp_path)]
     proc = subprocess.Popen(command, env={**env(), HOLD_FILE_ENV: str(hold)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    first = proc.stdout.readline()  # the progress' start line: round 0 is evaluated
-    assert "starting" in first and proc.poll() is None, first
-    proc.send_signal(signum)
-    out, err = proc.communicate(timeout=120)
+    try:
+        first = proc.stdout.readline()  # the progress' start line: round 0 is evaluated
+        assert "starting" in first and proc.poll() is None, first
+        proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+    finally:  # held, it would wait for ever
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
     assert proc.returncode == 128 + signum, err
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
@@ -118,6 +127,25 @@ def test_a_second_signal_drops_the_round_and_keeps_the_last_checkpoint(data, ref
     assert stopped.value.dropped and stopped.value.round is None
     assert torch.load(checkpoint.path, weights_only=True)["round"] == checkpoint.saved_round == 4
     assert metrics_bytes(config(data), tmp_path, Checkpoint(tmp_path / "ckpt.pt")) == reference
+
+
+def test_a_run_waits_at_its_round_boundary_while_the_hold_file_exists(data, reference, tmp_path, monkeypatch):
+    """FEDSIM_HOLD_FILE: after its first round the run polls the file and goes on once it is gone, the
+    same run as one never held. Its waits are counted, not timed: the third removes the file."""
+    hold = tmp_path / "hold"
+    hold.touch()
+    monkeypatch.setenv(HOLD_FILE_ENV, str(hold))
+    evaluated, waits = [], []
+
+    def wait(seconds):
+        waits.append(len(evaluated))  # rounds evaluated when the run waits
+        if len(waits) == 3:
+            hold.unlink()
+
+    monkeypatch.setattr(stopping.time, "sleep", wait)
+    assert metrics_bytes_with(config(data), tmp_path, on_round=lambda row: evaluated.append(row["round"])) == reference
+    assert waits == [1, 1, 1]  # at round 1's boundary, round 0 evaluated, until the file went
+    assert evaluated == list(range(ROUNDS + 1))
 
 
 def test_the_line_says_what_was_kept(data, tmp_path, monkeypatch, capsys):

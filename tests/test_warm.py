@@ -112,9 +112,15 @@ def test_ctrl_c_reaches_the_job_which_stops_as_a_cold_one_does(data, env, tmp_pa
     launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *args], env={**env, HOLD_FILE_ENV: str(hold)},
                                 cwd=tmp_path,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    assert "starting" in launcher.stdout.readline()  # the job has evaluated round 0
-    os.killpg(launcher.pid, signal.SIGINT)
-    _, err = launcher.communicate(timeout=120)
+    try:
+        assert "starting" in launcher.stdout.readline()  # the job has evaluated round 0
+        os.killpg(launcher.pid, signal.SIGINT)
+        _, err = launcher.communicate(timeout=120)
+    finally:  # held, the job would wait for ever
+        hold.unlink()
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
     assert launcher.returncode == 128 + signal.SIGINT, err
     assert re.fullmatch(rf"fedsim train: stopped at round \d+ of {rounds} by SIGINT; checkpoint written to ckpt.pt; "
                         "rerun the same command to resume\n", err), err

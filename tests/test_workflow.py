@@ -626,12 +626,18 @@ def test_ctrl_c_leaves_one_line_in_the_job_log_and_the_rerun_resumes(tmp_path):
         proc = subprocess.Popen([sys.executable, "-m", "snakemake", "--cores", "1"], cwd=workdir,
                                 env={**env(), HOLD_FILE_ENV: str(hold)}, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        deadline = time.monotonic() + 600
-        while not (log.exists() and "starting" in log.read_text()):  # round 0 evaluated
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "snakemake.txt").read_text()
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
-        proc.wait(timeout=300)
+        try:
+            deadline = time.monotonic() + 600
+            while not (log.exists() and "starting" in log.read_text()):  # round 0 evaluated
+                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "snakemake.txt").read_text()
+                time.sleep(0.05)
+            os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+            proc.wait(timeout=300)
+        finally:  # held, its job would wait for ever
+            hold.unlink()
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
     out = (tmp_path / "snakemake.txt").read_text()
     lines = log.read_text().splitlines()
     assert proc.returncode != 0 and "Traceback" not in out and "KeyboardInterrupt" not in out, out
