@@ -22,18 +22,22 @@ def pytest_configure(config):
 
 
 def pytest_sessionstart(session):
-    """Compile (or load) the float32 kernels into numba's cache beside this checkout's src/ now, so
-    that no Snakemake job of a test compiles them again (the jobs of a copy with code of its own load
-    the copied cache: helpers/workflow.copy_workflow). In a worker of several (pytest-xdist), torch
+    """Once, before any worker starts: compile (or load) the kernels, float32 (the jobs') and
+    float64 (the tests'), into numba's cache beside this checkout's src/, so that no worker and no
+    Snakemake job of a test compiles them again (the jobs of a copy with code of its own load the
+    copied cache: helpers/workflow.copy_workflow). In a worker of several (pytest-xdist), torch
     computes on one thread: three workers' thread pools on two cores spin against each other, and
     made some tests 15 times slower."""
-    import torch
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        import torch
+
+        torch.set_num_threads(1)
+        return
+    import numpy as np
 
     from fedsim import kernel, shuffle
 
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        torch.set_num_threads(1)
-    kernel.warm_up()
+    kernel.warm_up((np.float32, np.float64))
     shuffle.warm_up()
 
 

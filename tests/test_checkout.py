@@ -38,9 +38,10 @@ def clone_with_a_method_of_its_own(dest: Path, pyproject: str) -> Path:
 
 
 def pytest_in(checkout: Path) -> subprocess.CompletedProcess:
-    """`python -m pytest` in `checkout`, as a user runs it there: no PYTHONPATH (this run's points here)."""
+    """`python -m pytest` in `checkout`, as a user runs it there: no PYTHONPATH (this run's points here);
+    in one process (`-n 0`): the import path is under test here, not the workers."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=checkout, env=env,
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0"], cwd=checkout, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

@@ -486,12 +486,12 @@ def summed_grads(x: np.ndarray, y: np.ndarray, starts: np.ndarray, stops: np.nda
     return grads[:, :classes, :features].transpose(0, 2, 1)
 
 
-def warm_up() -> None:
-    """Compile (or load from the cache) the float32 version now: a process that forks jobs
-    (fedsim.warm) then hands them compiled code. float64 (a run's `dtype: float64`, the tests)
-    compiles at its first call: after an install, the jobs that need no kernel (datasets) wait
-    for this."""
-    for dtype in (np.float32,):
+def warm_up(dtypes=(np.float32,)) -> None:
+    """Compile (or load from the cache) the versions for `dtypes` now: a process that forks jobs
+    (fedsim.warm) then hands them compiled code. Another dtype (a run's `dtype: float64`) compiles
+    at its first call: after an install, the jobs that need no kernel (datasets) wait for this.
+    The tests' session compiles float64 too, once, before its workers start (tests/conftest.py)."""
+    for dtype in dtypes:
         x = padded(np.zeros((3, 2), dtype))
         local_sgd(x, np.zeros(3, np.int64), np.array([[0, 2]]), np.array([0]), np.array([1]), np.zeros((2, 2), dtype),
                   None, 0.1, 0.0)
