@@ -145,7 +145,7 @@ def workflows(cluster_env):
     started = []
 
     def start(workdir, *args, cluster=True, hold=None):
-        environment = {**(cluster_env if cluster else os.environ), "PYTHONPATH": env()["PYTHONPATH"],
+        environment = {**env(), **(cluster_env if cluster else {}), "PYTHONPATH": env()["PYTHONPATH"],
                        **({HOLD_FILE_ENV: str(hold)} if hold is not None else {})}
         profile = ["--profile", "profiles/slurm", "--slurm-no-account", "--slurm-keep-successful-logs",
                    "--slurm-init-seconds-before-status-checks", "5", "--seconds-between-status-checks", "3"]
@@ -162,8 +162,19 @@ def workflows(cluster_env):
             if workflow.run_id():
                 subprocess.run(["scancel", "--name", workflow.run_id()], env=cluster_env, check=False)
         for workflow in started:
-            wait_for(f"end of the processes in {workflow.workdir}", lambda: not processes_in(workflow.workdir),
-                     seconds=60)
+            stop_processes_in(workflow.workdir)
+
+
+def stop_processes_in(folder, grace=30):
+    """Give the processes of `folder` (its cancelled jobs', an idle warm server's) `grace` seconds to
+    end by themselves, then kill those left, and wait for them to be gone."""
+    deadline = time.monotonic() + grace
+    while processes_in(folder) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in processes_in(folder):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_for(f"end of the processes in {folder}", lambda: not processes_in(folder), seconds=60)
 
 
 class CutRun:
