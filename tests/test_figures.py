@@ -70,6 +70,16 @@ def test_one_row_of_datasets_in_the_papers_order(tmp_path, drawn):
     assert set(lines(axes[0])) == {"FedAvg", "FedProx (μ=1)", "FedDANE (μ=0.01)"}
 
 
+def test_a_round_axis_has_whole_rounds_only(tmp_path, drawn):
+    """A short run (here 4 rounds, the quick run's 20) is not ticked at half or 2.5 rounds."""
+    figures.FIGURES["figure1"](panel_runs(tmp_path), None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    ax.figure.canvas.draw()
+    low, high = ax.get_xlim()
+    ticks = [t for t in ax.get_xticks() if low <= t <= high]
+    assert len(ticks) >= 3 and all(float(t).is_integer() for t in ticks), ticks
+
+
 def test_participation_grid_has_a_row_per_dataset_and_a_column_per_k(tmp_path, drawn):
     runs = [p for d in ("synthetic_iid", "synthetic_0_0") for k in (1, 5, 30)
             for p in panel_runs(tmp_path, d, K=k, iid=d == "synthetic_iid")]

@@ -180,6 +180,8 @@ def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=No
     if log_x:
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # under a decade, matplotlib labels every minor tick: overlapping
+    else:  # every x axis counts something (rounds, vectors, gradients): no tick at 2.5 rounds
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     top = _y_range(ax, lines, metric, y_top)
     if not legend:
         return top
