@@ -26,8 +26,7 @@ def pytest_sessionstart(session):
     float64 (the tests'), into numba's cache beside this checkout's src/, so that no worker and no
     Snakemake job of a test compiles them again (the jobs of a copy with code of its own load the
     copied cache: helpers/workflow.copy_workflow). In a worker of several (pytest-xdist), torch
-    computes on one thread: three workers' thread pools on two cores spin against each other, and
-    made some tests 15 times slower."""
+    computes on one thread: three workers' thread pools on two cores would spin against each other."""
     if os.environ.get("PYTEST_XDIST_WORKER"):
         import torch
 

@@ -45,8 +45,8 @@ from .methods import ENTRIES
 from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 from .steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.cost.local_steps as before)
 
-# CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`,
-# 2026-11-25, best of 2 while another agent's jobs shared the machine; CPU time, not the wall clock).
+# CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`; CPU
+# time, not the wall clock, so that a shared machine skews them less; when: docs/performance.md).
 # step_s: fixed part of one batched SGD step; row_s: per row of a step's batches (forward +
 # backward); eval_row_s: per evaluated row (forward only, in large chunks); grad_row_s: per row
 # of a full local gradient (forward + backward).
@@ -288,8 +288,8 @@ def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> lis
 
 # MCLR runs (synthetic, FEMNIST, JSON feature vectors) take seconds to minutes: their model is seconds
 # per selected device and local epoch, evaluation included, measured with FedDANE (the slowest of
-# FedAvg, SCAFFOLD, FedDANE) on this machine's CPU (2026-11-26, shared): the default synthetic sets
-# ~0.23 ms; a synthetic set with FEMNIST's 784 features ~0.8 ms (FEMNIST and JSON sets: that, rounded up).
+# FedAvg, SCAFFOLD, FedDANE) and rounded up: on the default synthetic sets, and on a synthetic set with
+# FEMNIST's 784 features for FEMNIST and JSON sets (the measurements: docs/performance.md).
 MCLR_DEVICE_EPOCH_S = {"synthetic": 0.00025, "femnist": 0.001, "json": 0.001}  # other kinds: FEMNIST's
 # A CNN run (a dataset entry's `model`: cnn, lenet5): seconds per training sample (forward and
 # backward) on one CPU core, from benchmarks/cnn_round.py (the `batched` engine, as a run takes it) on

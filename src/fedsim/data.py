@@ -38,7 +38,7 @@ READABLE_VERSIONS = (1, 2)  # 1: no checksums
 SPLITS = ("train", "test")
 CHUNK_BYTES = 1 << 16  # checksummed chunks: small, as a device's rows are read alone
 LABEL_BLOCK = 1 << 22  # labels checked this many at a time
-UNION_READ_RUNS = 32  # above this many runs of devices, read their union at once (h5py: ~0.2 ms per read)
+UNION_READ_RUNS = 32  # above this many runs of devices, read their union at once (each h5py read has a fixed cost)
 REUSE_MAX_BYTES = 1 << 29  # load()'s output arrays up to this size are kept for the next load to reuse
 
 

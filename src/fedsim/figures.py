@@ -181,7 +181,7 @@ def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=No
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())  # under a decade, matplotlib labels every minor tick: overlapping
     else:  # every x axis counts something (rounds, vectors, gradients): no tick at 2.5 rounds
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
     top = _y_range(ax, lines, metric, y_top)
     if not legend:
         return top
