@@ -56,6 +56,19 @@ def test_a_resumed_run_says_from_which_round():
     assert lines[1] == "x: round 36/50, train loss 0.9000, 2 s/round, 28 s left, resumed at round 35"
 
 
+def test_a_run_resumed_between_its_evaluations_names_both_rounds():
+    """eval_every 5, resumed at round 7: the first metrics after the resume are round 10's."""
+    clock, out = FakeClock(), io.StringIO()
+    progress = Progress("x", total=50, every=0, stream=out, clock=clock, live=False)
+    progress.resume(7)
+    progress({"round": 10, "train_loss": 1.0})
+    clock.now += 10
+    progress({"round": 15, "train_loss": 0.9})
+    assert out.getvalue().splitlines() == [
+        "x: resumed from its checkpoint at round 7, 50 rounds, train loss 1.0000 at round 10",
+        "x: round 15/50, train loss 0.9000, 2 s/round, 1 min left, resumed at round 7"]
+
+
 @pytest.mark.parametrize("loss", [float("nan"), float("inf")])
 def test_a_diverging_loss_is_told_at_once(loss):
     clock, out = FakeClock(), io.StringIO()

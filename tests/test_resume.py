@@ -45,7 +45,7 @@ from fedsim.checkpoint import Checkpoint
 from fedsim.train import RunConfig, run, write_run
 data, folder = sys.argv[1], Path(sys.argv[2])
 cfg = RunConfig(data=data, method="{method}", mu={mu}, clients_per_round=4, epochs=3, batch_size=5, lr=0.05,
-                rounds={rounds})
+                rounds={rounds}, eval_every={eval_every})
 checkpoint = Checkpoint(folder / "ckpt.pt", every=2, seconds=0)
 metrics, record = run(cfg, checkpoint=checkpoint)
 write_run(metrics, record, folder / "metrics.csv", folder / "run.json")
@@ -54,9 +54,9 @@ print(record["result"]["resumed_from_round"])
 """
 
 
-def start_training(data, folder, method="feddane"):
+def start_training(data, folder, method="feddane", eval_every=1):
     env = {**os.environ, "PYTHONPATH": str(SRC)}
-    script = TRAIN_SCRIPT.format(rounds=KILLED_ROUNDS, method=method, mu=MU[method])
+    script = TRAIN_SCRIPT.format(rounds=KILLED_ROUNDS, method=method, mu=MU[method], eval_every=eval_every)
     return subprocess.Popen([sys.executable, "-c", script, data, str(folder)], env=env,
                             stdout=subprocess.PIPE, text=True)
 
@@ -65,14 +65,16 @@ def start_training(data, folder, method="feddane"):
 MU = {"feddane": 0.1, "scaffold": 0.0, "feddane_pipelined": 0.1}
 
 
-@pytest.mark.parametrize("method", MU)
-def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path, method):
-    reference, record = metrics_bytes(config(data, rounds=KILLED_ROUNDS, method=method, mu=MU[method]), tmp_path)
+# and a run whose metrics are computed every 5 rounds: its checkpoints hold fewer rows than rounds
+@pytest.mark.parametrize("method, eval_every", [*((method, 1) for method in MU), ("feddane", 5)])
+def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path, method, eval_every):
+    reference, record = metrics_bytes(config(data, rounds=KILLED_ROUNDS, method=method, mu=MU[method],
+                                             eval_every=eval_every), tmp_path)
     run_seconds = record["result"]["wall_seconds"]  # this machine's pace, measured now: the kill is timed by it
 
     folder = tmp_path / "killed"
     folder.mkdir()
-    proc = start_training(data, folder, method)
+    proc = start_training(data, folder, method, eval_every)
     deadline = time.monotonic() + 60
     while not (folder / "ckpt.pt").exists():  # let it get past a first checkpoint...
         assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
@@ -85,7 +87,7 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path, method)
     proc.wait()
     assert not (folder / "run.json").exists()
 
-    proc = start_training(data, folder, method)
+    proc = start_training(data, folder, method, eval_every)
     resumed = proc.communicate(timeout=120)[0].strip()
     assert proc.returncode == 0
     assert resumed != "None" and int(resumed) >= 2  # it did continue, not start over

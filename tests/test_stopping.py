@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 import torch
 
@@ -47,10 +48,10 @@ def metrics_bytes_with(cfg, folder, **run_args):
     return (folder / "metrics.csv").read_bytes()
 
 
-def train_argv(data, folder, checkpoint=True):
+def train_argv(data, folder, checkpoint=True, **settings):
     argv = ["train", "--data", data, "--rounds", str(ROUNDS), "--metrics", str(folder / "metrics.csv"),
             "--info", str(folder / "run.json")]
-    for name, value in SETTINGS.items():
+    for name, value in {**SETTINGS, **settings}.items():
         argv += [f"--{name.replace('_', '-')}", str(value)]
     return argv + (["--checkpoint", str(folder / "ckpt.pt")] if checkpoint else [])
 
@@ -61,19 +62,19 @@ def stop_line(folder, name):
                       rf"{re.escape(str(folder / 'ckpt.pt'))}; rerun the same command to resume")
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_train_at_a_round_boundary_and_the_rerun_resumes_exactly(data, reference, tmp_path, signum,
-                                                                              capsys):
-    """As `timeout -s TERM` (a walltime, scancel) or Ctrl-C does, once the run has started its rounds.
-    A hold file keeps the run at its first round boundary until the signal comes, at any pace."""
-    hold = tmp_path / "hold"
-    hold.touch()
-    command = [sys.executable, "-m", "fedsim", *train_argv(data, tmp_path)]
+def stop_held_train(data, folder, signum, hold_round="", **settings):
+    """`fedsim train` in a process of its own, held at its round boundary `hold_round` (empty: its first)
+    until `signum` comes: its stop line's round, after the process's own checks."""
+    hold = folder / "hold"
+    hold.write_text(hold_round)
+    command = [sys.executable, "-m", "fedsim", *train_argv(data, folder, **settings)]
     proc = subprocess.Popen(command, env={**env(), HOLD_FILE_ENV: str(hold)}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        first = proc.stdout.readline()  # the progress' start line: round 0 is evaluated
-        assert "starting" in first and proc.poll() is None, first
+        for line in proc.stdout:  # the progress' start line, then the pause's
+            if line.startswith("fedsim train: paused at round"):
+                break
+        assert proc.poll() is None, line
         proc.send_signal(signum)
         out, err = proc.communicate(timeout=120)
     finally:  # held, it would wait for ever
@@ -83,18 +84,41 @@ def test_a_signal_stops_train_at_a_round_boundary_and_the_rerun_resumes_exactly(
 
     assert proc.returncode == 128 + signum, err
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
-    stopped = stop_line(tmp_path, signal.Signals(signum).name).fullmatch(err.strip())
+    stopped = stop_line(folder, signal.Signals(signum).name).fullmatch(err.strip())
     assert stopped, err
-    round_ = int(stopped[1])
+    assert not (folder / "metrics.csv").exists() and not (folder / "run.json").exists()
+    return int(stopped[1])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_train_at_a_round_boundary_and_the_rerun_resumes_exactly(data, reference, tmp_path, signum,
+                                                                              capsys):
+    """As `timeout -s TERM` (a walltime, scancel) or Ctrl-C does, once the run has started its rounds.
+    A hold file keeps the run at its first round boundary until the signal comes, at any pace."""
+    round_ = stop_held_train(data, tmp_path, signum)
     assert round_ == 1  # held there
     saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert saved["round"] == round_ and len(saved["rows"]) == round_
-    assert not (tmp_path / "metrics.csv").exists() and not (tmp_path / "run.json").exists()
 
     assert cli.main(train_argv(data, tmp_path)) == 0  # the same command, rerun (in this process: seconds less)
     assert f"resumed from its checkpoint at round {round_}" in capsys.readouterr().out
     assert (tmp_path / "metrics.csv").read_bytes() == reference
     assert not (tmp_path / "ckpt.pt").exists()
+
+
+def test_a_run_evaluated_every_few_rounds_resumes_where_it_stopped(data, tmp_path, capsys):
+    """With eval_every 5 the checkpoint at round 7 holds the metrics of rounds 0 and 5 alone; the
+    rerun resumes there, not from round 0, and ends as the run never stopped."""
+    (tmp_path / "reference").mkdir()
+    reference = metrics_bytes(config(data, eval_every=5), tmp_path / "reference")
+    assert stop_held_train(data, tmp_path, signal.SIGTERM, hold_round="7", eval_every=5) == 7
+    saved = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert [row["round"] for row in saved["rows"]] == saved["metric_rounds"] == [0, 5]
+
+    assert cli.main(train_argv(data, tmp_path, eval_every=5)) == 0
+    assert "resumed from its checkpoint at round 7" in capsys.readouterr().out
+    assert (tmp_path / "metrics.csv").read_bytes() == reference
+    assert list(pd.read_csv(tmp_path / "metrics.csv")["round"]) == [*range(0, ROUNDS + 1, 5)]
 
 
 def signal_at(round_, *signals):
@@ -170,6 +194,9 @@ class ProgressStub:
 
     def __call__(self, row):
         self.on_round(row)
+
+    def resume(self, round_):
+        pass
 
     def close(self):
         pass

@@ -47,6 +47,7 @@ class Checkpoint:
     def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict],
              state: dict[str, torch.Tensor]) -> None:
         saved = {"settings": _fingerprint(config), "shuffle_stream": shuffle.stream_of(config.rng), "round": round_,
+                 "metric_rounds": [row["round"] for row in rows],
                  "params": params.cpu(), "rows": rows, "state": {k: v.cpu() for k, v in state.items()}}
         with atomic_path(self.path) as tmp:
             torch.save(saved, tmp)
@@ -64,7 +65,11 @@ class Checkpoint:
                 raise ValueError("it was saved by a run with other settings")
             if saved.get("shuffle_stream") != shuffle.stream_of(config.rng):  # none: before streams were named
                 raise ValueError("it was saved by a run with another mini-batch stream")
-            if values.shape != params.shape or len(rows) != round_ or not 0 < round_ <= config.rounds \
+            # which rounds carry metrics, as saved (a file from before it said so: its rows' rounds)
+            metric_rounds = saved.get("metric_rounds", [row["round"] for row in rows])
+            if values.shape != params.shape or not 0 < round_ <= config.rounds \
+                    or [row["round"] for row in rows] != metric_rounds \
+                    or metric_rounds != [t for t in range(round_) if config.evaluates(t)] \
                     or {k: v.shape for k, v in extra.items()} != {k: v.shape for k, v in state.items()}:
                 raise ValueError("its contents are inconsistent")
         except Exception as err:  # a torn or foreign file must never stop or bend the run

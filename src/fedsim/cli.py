@@ -267,7 +267,8 @@ def _train(args) -> None:
     progress = _progress(config, args.progress_seconds)
     try:
         with StopSignals(graceful=True) as stop:
-            metrics, record = run(config, on_round=progress, checkpoint=checkpoint, stop=stop)
+            metrics, record = run(config, on_round=progress, checkpoint=checkpoint, stop=stop,
+                                     on_resume=progress.resume)
     except Stopped as stopped:
         stopped.kept = _kept(checkpoint, stopped)
         raise

@@ -55,14 +55,20 @@ class Progress:
         self.compared = False
         self.open_line = False  # a live line is on the terminal without its newline
 
+    def resume(self, round_: int) -> None:
+        """The run resumed from its checkpoint at round `round_` (said with the first metrics after it)."""
+        self.start_round, self.resumed = round_, True
+
     def __call__(self, row: dict) -> None:
         now, round_ = self.clock(), int(row["round"])
         loss = float(row["train_loss"])
         self.recent.append((now, round_))
-        if self.start_round is None:
-            self.start_round, self.resumed = round_, round_ > 0
-            start = f"resumed from its checkpoint at round {round_}" if self.resumed else "starting"
-            self._write(f"{self.label}: {start}, {self.total} rounds, train loss {loss:.4f}", now, final=True)
+        if self.last_line is None:  # the first metrics of this process: the start line
+            if self.start_round is None:
+                self.start_round, self.resumed = round_, round_ > 0
+            start = f"resumed from its checkpoint at round {self.start_round}" if self.resumed else "starting"
+            at = f" at round {round_}" if round_ != self.start_round else ""  # metrics every few rounds
+            self._write(f"{self.label}: {start}, {self.total} rounds, train loss {loss:.4f}{at}", now, final=True)
             return
         if not math.isfinite(loss):
             self._write(f"{self.label}: round {round_}/{self.total}, train loss {loss} (diverged: the run stops "

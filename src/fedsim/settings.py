@@ -141,6 +141,11 @@ class RunConfig:
             object.__setattr__(self, "method", method)
             object.__setattr__(self, "options", options)
 
+    def evaluates(self, round_: int) -> bool:
+        """Whether the run computes its metrics at round `round_` (0, eval_every, 2 eval_every, ... and
+        the last; and a round whose model is not finite, where it ends)."""
+        return round_ % self.eval_every == 0 or round_ == self.rounds
+
     def validate(self) -> None:
         """Raise ValueError naming the first bad field, before any expensive work."""
         method = get_method(self.method)

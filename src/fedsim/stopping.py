@@ -22,7 +22,8 @@ import time
 
 # a batch system's walltime or scancel, Ctrl-C, a site's warning before the walltime
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
-# While the file this variable names exists, a run waits at each round boundary after its first round.
+# While the file this variable names exists, a run waits at each round boundary after its first round
+# (from the round the file holds, where it holds one).
 HOLD_FILE_ENV = "FEDSIM_HOLD_FILE"
 HOLD_POLL_SECONDS = 0.05
 
@@ -90,8 +91,10 @@ class StopSignals:
         raise Stopped(signum, dropped=self.graceful)
 
 
-def hold_at_round_boundary(stop: StopSignals | None) -> None:
-    """Wait while the file FEDSIM_HOLD_FILE names exists; a stop signal (graceful `stop`) ends the wait.
+def hold_at_round_boundary(stop: StopSignals | None, round_: int) -> None:
+    """At the boundary before round `round_`: wait while the file FEDSIM_HOLD_FILE names exists and
+    `round_` has reached the round the file holds (an empty file: any round); a stop signal (graceful
+    `stop`) ends the wait. The first wait prints one line, so that whoever paused the run sees where.
 
     A pause a user can set and lift without losing the process, and what lets a test act on a run that
     is still running whatever the machine's pace: the run cannot end before the test has signalled it
@@ -99,5 +102,22 @@ def hold_at_round_boundary(stop: StopSignals | None) -> None:
     path = os.environ.get(HOLD_FILE_ENV)
     if not path:
         return
-    while os.path.exists(path) and (stop is None or stop.signal is None):
+    said = False
+    while (stop is None or stop.signal is None) and round_ >= _hold_from(path):
+        if not said:
+            print(f"fedsim train: paused at round {round_} while {path} exists", flush=True)
+            said = True
         time.sleep(HOLD_POLL_SECONDS)
+
+
+def _hold_from(path: str) -> float:
+    """The first round the hold file holds at: its number, 0 where it is empty, never where it is gone."""
+    try:
+        with open(path) as file:
+            text = file.read().strip()
+    except OSError:  # gone (or never there): no hold
+        return float("inf")
+    try:
+        return int(text) if text else 0
+    except ValueError:
+        raise ValueError(f"bad {HOLD_FILE_ENV} file {path}: holds {text[:40]!r}, not a round number") from None

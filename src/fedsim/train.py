@@ -308,12 +308,13 @@ class RunData:
 
 
 def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
-        stop: StopSignals | None = None) -> tuple[pd.DataFrame, dict]:
+        stop: StopSignals | None = None, on_resume=None) -> tuple[pd.DataFrame, dict]:
     """Train; return the per-round metrics and the run's record (config, result, provenance).
 
     `on_round(row)`, if given, is called with each round's metrics as they are computed
     (progress, timing). With a `checkpoint`, the run continues from the saved round when
-    there is one, and saves its state as `checkpoint.due` says. With a (graceful) `stop`, a signal
+    there is one (`on_resume(round)`, if given, is called with that round before any other), and saves
+    its state as `checkpoint.due` says. With a (graceful) `stop`, a signal
     it caught ends the run at the next round boundary: the state saved there, where there is a
     checkpoint, then Stopped raised (fedsim.stopping).
     """
@@ -329,7 +330,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
         data = RunData(config, dataset)
         clock = {"local_sgd": 0.0, "evaluation": 0.0}
         try:
-            rows, diverged_round, resumed = _train(config, data, on_round, checkpoint, stop, clock)
+            rows, diverged_round, resumed = _train(config, data, on_round, on_resume, checkpoint, stop, clock)
         finally:
             data.close()  # before the file closes
         dataset_record = {"name": dataset.name, "kind": dataset.kind, "devices": dataset.num_devices,
@@ -371,7 +372,7 @@ def _init_record(config: RunConfig) -> dict:
     return {"source": "file", "file": str(path), "sha256": authors.file_sha256(path)}
 
 
-def _train(config: RunConfig, data: RunData, on_round, checkpoint, stop,
+def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, stop,
            clock: dict) -> tuple[list[dict], int | None, int | None]:
     """The rounds: metrics rows from the initial model on, the round it diverged (or None), and
     the round it resumed from (or None). Adds the seconds spent in local SGD and in evaluation to
@@ -427,6 +428,8 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint, stop,
         start, params, rows, state = saved
         state = {k: v if k in ON_CPU else v.to(params.device) for k, v in state.items()}
         counts.update(zip(counts, state["counts"].tolist()))
+        if on_resume is not None:
+            on_resume(start)
     drawn = {}
 
     def devices_of(t: int) -> tuple[np.ndarray, np.ndarray]:
@@ -441,7 +444,7 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint, stop,
 
     for t in range(start, config.rounds + 1):
         if t > start:
-            hold_at_round_boundary(stop)
+            hold_at_round_boundary(stop, t)
         stopping = stop is not None and stop.signal is not None  # a signal came: stop here, at a round boundary
         if checkpoint is not None and (checkpoint.due(t, start) or stopping and t > start):
             state["counts"] = torch.tensor(list(counts.values()), dtype=torch.int64)
@@ -449,7 +452,7 @@ def _train(config: RunConfig, data: RunData, on_round, checkpoint, stop,
         if stopping:
             raise Stopped(stop.signal, t, config.rounds)
         finite = all_finite(params)
-        if t % config.eval_every == 0 or t == config.rounds or not finite:
+        if config.evaluates(t) or not finite:
             started = time.perf_counter()
             rows.append({"round": t, "communication_rounds": t * method.exchanges,
                          **counts,
