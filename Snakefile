@@ -23,6 +23,7 @@ rescheduling.install(enabled=os.environ.get("FEDSIM_RESCHEDULING") != "0")
 include: "workflow/rules/yaml_files.smk"
 
 
+check_working_directory()
 check_yaml_syntax("config/config.yaml")
 
 

@@ -218,12 +218,12 @@ def test_what_the_cnn_cannot_run_is_refused_in_one_line(tmp_path, settings, mess
         run(config)
 
 
-def test_a_model_that_does_not_serve_the_datasets_kind_is_refused(tmp_path):
+def test_a_model_that_does_not_take_the_datasets_samples_is_refused(tmp_path):
     from fedsim.settings import RunConfig
     from fedsim.train import run
 
     from tiny import tiny_dataset
     config = RunConfig(data=tiny_dataset(tmp_path / "s.h5"), method="fedavg", model="cnn", rounds=1,
                        clients_per_round=2)
-    with pytest.raises(ValueError, match="bad run setting model='cnn': it does not serve synthetic data"):
+    with pytest.raises(ValueError, match="bad run setting model='cnn': it takes image samples, not the features of s.h5"):
         run(config)

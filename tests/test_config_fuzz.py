@@ -191,8 +191,8 @@ CASES = [
                                                       "fedprox_mu": 0.01}),
                                at("experiments.theory.datasets", ["tweets"])), "experiments.theory.theory",
      "MCLR models only, not tweets"),
-    ("theory_on_a_cnn", at("datasets.synthetic_1_1.model", "cnn"), "experiments.theory.theory",
-     "MCLR models only, not synthetic_1_1"),
+    ("cnn_on_features", at("datasets.synthetic_1_1.model", "cnn"), "datasets.synthetic_1_1.model",
+     "cnn takes image samples, not synthetic_1_1's features"),
     ("unknown_model", at("datasets.synthetic_iid.model", "resnet"), "datasets.synthetic_iid.model",
      "'resnet' is not one of ['char_lstm', 'cnn'"),
     ("fixed_mu_and_mu_from", at("experiments.theory.mu_from", "figure1"), "experiments.theory.mu_from",
@@ -313,6 +313,20 @@ def test_yaml_syntax_error_stops_snakemake_before_any_job(tmp_path):
     assert code != 0 and len(errors) == 1, out
     assert errors[0].startswith("Config error in config/config.yaml, line ") and problem in errors[0], errors[0]
     assert not (workdir / "results").exists()
+
+
+@pytest.mark.workflow
+def test_snakemake_from_another_folder_is_one_line(tmp_path):
+    """The configs' paths are relative to the workflow's folder: `snakemake -s path/to/Snakefile` from
+    elsewhere says where to run it, before it reads any config or writes anything."""
+    workdir = copy_workflow(tmp_path / "wf")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code, out = snakemake(elsewhere, "-n", "-s", str(workdir / "Snakefile"), "--cores", "1")
+    refusals = [line for line in out.splitlines() if line.startswith("Run snakemake in the workflow's folder")]
+    assert code != 0 and refusals == [f"Run snakemake in the workflow's folder: cd {workdir.resolve()} (its configs' "
+                                      f"paths are relative to it; this one is {elsewhere.resolve()})"], out
+    assert list(elsewhere.iterdir()) == [] and not (workdir / "results").exists()
 
 
 # ---------------------------------------------------------------------------------------

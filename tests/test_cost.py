@@ -14,6 +14,8 @@ import yaml
 from fedsim import cost, experiments
 from fedsim.configcheck import check_config, load_schema
 from fedsim.data import write_dataset
+from fedsim.kinds import KINDS
+from fedsim.specs import model_spec
 
 REPO = Path(__file__).resolve().parents[1]
 CONSTS = {"step_s": 0.5, "row_s": 0.01, "eval_row_s": 0.001, "grad_row_s": 0.002}
@@ -211,7 +213,7 @@ def test_an_mclr_run_costs_seconds_per_device_and_epoch():
     cfg = load_config()
     args = dict(method="feddane", k=10, epochs=20, rounds=200, sizes_of=None)
     seconds = cost.train_seconds(cfg, "synthetic_1_1", theory=False, **args)
-    assert seconds == pytest.approx(200 * 20 * 10 * cost.MCLR_DEVICE_EPOCH_S["synthetic"])
+    assert seconds == pytest.approx(200 * 20 * 10 * KINDS["synthetic"].mclr_device_epoch_s)
     assert cost.train_seconds(cfg, "synthetic_1_1", theory=True, **args) == pytest.approx(3 * seconds)
 
 
@@ -221,9 +223,9 @@ def test_a_cnn_run_and_the_built_image_kinds_have_estimates():
     args = dict(method="fedavg", k=10, epochs=1, rounds=50, theory=False, sizes_of=None)
     cfg["datasets"]["synthetic_1_1"]["model"] = "cnn"
     assert cost.train_seconds(cfg, "synthetic_1_1", **args) == pytest.approx(
-        (50 * 10 + 51 * 10 / cost.DEFAULT_TRAIN_FRACTION) * cost.CONV_DEVICE_ROWS * cost.CONV_SAMPLE_S["cnn"])
+        (50 * 10 + 51 * 10 / cost.DEFAULT_TRAIN_FRACTION) * cost.CONV_DEVICE_ROWS * model_spec("cnn").sample_seconds)
     cfg["datasets"]["pool"] = {"kind": "dirichlet"}
-    assert cost.train_seconds(cfg, "pool", **args) == pytest.approx(50 * 10 * cost.MCLR_DEVICE_EPOCH_S["femnist"])
+    assert cost.train_seconds(cfg, "pool", **args) == pytest.approx(50 * 10 * KINDS["femnist"].mclr_device_epoch_s)
 
 
 def test_a_cnn_runs_estimate_counts_its_samples_gradients_and_evaluations():
@@ -235,9 +237,9 @@ def test_a_cnn_runs_estimate_counts_its_samples_gradients_and_evaluations():
     args = dict(k=10, epochs=1, rounds=50, theory=False, sizes_of=lambda dataset: sizes)
     evaluations = 11 * (5 / 20) * 20 * 110  # rounds 0, 5, ..., 50 on a quarter of the rows
     fedavg = cost.train_seconds(cfg, "synthetic_1_1", method="fedavg", **args)
-    assert fedavg == pytest.approx((50 * 10 * 100 + evaluations) * cost.CONV_SAMPLE_S["lenet5"])
+    assert fedavg == pytest.approx((50 * 10 * 100 + evaluations) * model_spec("lenet5").sample_seconds)
     feddane = cost.train_seconds(cfg, "synthetic_1_1", method="feddane", **args)  # + K devices' full gradients
-    assert feddane - fedavg == pytest.approx(50 * 10 * 100 * cost.CONV_SAMPLE_S["lenet5"])
+    assert feddane - fedavg == pytest.approx(50 * 10 * 100 * model_spec("lenet5").sample_seconds)
 
 
 def test_an_lstm_jobs_estimate_is_the_printed_one():

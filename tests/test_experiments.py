@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from snakemake.utils import update_config
 
 from fedsim import experiments
 from fedsim.configcheck import check_config, load_schema
@@ -19,6 +20,14 @@ SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
 def default_config():
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     check_config(cfg, SCHEMA, REPO)
+    return cfg
+
+
+def config_with(*names):
+    """config/config.yaml with the named config files over it, as `--configfile` lays them."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for name in names:
+        update_config(cfg, yaml.safe_load((REPO / "config" / name).read_text()))
     return cfg
 
 
@@ -51,6 +60,18 @@ def test_tuning_runs_are_the_grid_runs_of_the_tuned_methods():
     (lambda c: c["experiments"]["theory"].update(mu_grid=[1]), "experiments.theory.mu_grid", "not with `mu`"),
     (lambda c: c["datasets"]["synthetic_iid"].update(rounds=2.0), "datasets.synthetic_iid.rounds",
      "2.0 is not of type 'integer'"),
+    # K too large on the one dataset selected: that dataset is the one named
+    (lambda c: c.update(only_datasets=["synthetic_1_1"]) or c["experiments"]["figure1"].update(clients_per_round=50),
+     "experiments.figure1.clients_per_round", "50 is more than the 30 devices (uniform selection draws without "
+                                              "replacement); dataset synthetic_1_1"),
+    # a selection without its brackets: the line says how to write it
+    (lambda c: c.update(only_experiments="figure1"), "only_experiments",
+     "(a list: write only_experiments=[figure1] after --config, or [figure1] in a file)"),
+    # a model that does not take its dataset's samples: named at the dataset entry, before any experiment
+    (lambda c: c["datasets"]["synthetic_1_1"].update(model="lenet5"), "datasets.synthetic_1_1.model",
+     "lenet5 takes image samples, not synthetic_1_1's features"),
+    (lambda c: c["datasets"]["synthetic_iid"].update(model="char_lstm"), "datasets.synthetic_iid.model",
+     "char_lstm takes shakespeare samples, not synthetic_iid's features"),
 ])
 def test_a_mistake_is_one_config_error_naming_the_key(edit, path, problem):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
@@ -100,20 +121,52 @@ def test_a_selection_of_unknown_names_or_of_nothing_is_one_error(only, path, pro
     assert caught.value.path == path and problem in caught.value.problem
 
 
-def test_mclr_only_methods_leave_a_dataset_of_another_model_out():
-    """DONE and the authors' FedDANE are defined for MCLR: a dataset entry naming another model gets
-    none of their runs (as the LSTM datasets), and the rest of its runs as before."""
-    cfg = yaml.safe_load((REPO / "config" / "successors.yaml").read_text())
-    base = default_config()
-    cfg = {**base, **cfg, "experiments": {**base["experiments"], **cfg["experiments"]}}
+def test_an_mclr_only_method_on_a_named_model_is_refused_at_the_dataset_entry():
+    """DONE and the authors' FedDANE are defined for MCLR: an experiment listing one on a dataset entry
+    that names another model is one error naming the entry's model, before any job."""
+    cfg = config_with("paper.yaml")
+    check_config(copy.deepcopy(cfg), SCHEMA, REPO)
+    cfg["datasets"]["femnist"]["model"] = "cnn"
+    with pytest.raises(ConfigError) as caught:
+        check_config(cfg, SCHEMA, REPO)
+    assert caught.value.path == "datasets.femnist.model"
+    assert caught.value.problem.startswith("cnn is not an MCLR model, which feddane_authors of experiment figure1 needs")
+
+
+def test_an_mclr_only_method_left_out_of_an_lstm_dataset_is_named():
+    """The paper's Figure 1 lists the authors' FedDANE on every dataset; its LSTM datasets' runs leave
+    it out, and the workflow says so in one line an experiment (fedsim.experiments.left_out)."""
+    cfg = config_with("paper.yaml")
     check_config(cfg, SCHEMA, REPO)
-    mclr = experiments.plan(cfg)
-    datasets = set(mclr["dataset"])
-    for name in datasets:
-        cfg["datasets"][name]["model"] = "cnn"
-    cnn = experiments.plan(cfg)
-    assert {"done"} <= set(mclr["method"]) and not {"done", "feddane_authors"} & set(cnn["method"])
-    assert len(cnn) == len(mclr[~mclr["method"].isin(["done", "feddane_authors"])])
+    plan = experiments.plan(cfg)
+    lstm = plan["dataset"].isin(["sent140", "shakespeare"])
+    assert "feddane_authors" in set(plan[~lstm]["method"]) and "feddane_authors" not in set(plan[lstm]["method"])
+    assert "experiment figure1: feddane_authors is defined for MCLR models only, so it is left out on sent140, " \
+           "shakespeare" in experiments.left_out(cfg)
+    assert experiments.left_out(default_config()) == []
+
+
+def test_a_run_folder_names_its_model_where_it_is_not_the_kinds_default():
+    """The CNN comparison with LeNet-5 and with LEAF's CNN plans disjoint runs; naming the kind's own
+    model (MCLR on FEMNIST) is the default run, in the default run's folders."""
+    cfg = config_with("successors-cnn.yaml")
+    plans = {}
+    for model in ("lenet5", "cnn"):
+        for entry in cfg["datasets"].values():
+            if entry.get("model"):
+                entry["model"] = model
+        checked = copy.deepcopy(cfg)
+        check_config(checked, SCHEMA, REPO)
+        plans[model] = {stem(run) for run in experiments.runs_of(experiments.plan(checked))
+                        if checked["datasets"][run.dataset].get("model")}
+    assert plans["lenet5"] and not plans["lenet5"] & plans["cnn"]
+    assert all("_lenet5_seed" in s for s in plans["lenet5"]) and all("_cnn_seed" in s for s in plans["cnn"])
+    default = config_with("paper.yaml")
+    named = copy.deepcopy(default)
+    named["datasets"]["femnist"]["model"] = "mclr"
+    check_config(default, SCHEMA, REPO)
+    check_config(named, SCHEMA, REPO)
+    assert experiments.plan(named).equals(experiments.plan(default))
 
 
 def test_an_experiments_own_grid_replaces_the_method_files_for_that_experiment_only():

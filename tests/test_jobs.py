@@ -81,4 +81,7 @@ def test_a_runs_metric_settings_and_model_reach_its_command_line():
     cfg = {"datasets": {"s": {"load": "auto"},
                         "c": {"load": "memory", "eval_devices": 25, "eval_every": 5, "model": "lenet5"}}}
     assert jobs.eval_args(cfg, "s") == "--load auto"
-    assert jobs.eval_args(cfg, "c") == "--load memory --eval-devices 25 --eval-every 5 --model lenet5"
+    assert jobs.eval_args(cfg, "c") == "--load memory --eval-devices 25 --eval-every 5"
+    # the model: the one the run's folder names (its run tag), else the dataset kind's default
+    assert [jobs.model_args(tag) for tag in ("", "_T20", "_lenet5", "_T20_cnn")] == \
+        ["", "", "--model lenet5", "--model cnn"]

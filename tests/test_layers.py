@@ -26,9 +26,10 @@ LAYERS = [
     # helpers that import nothing of fedsim above them; steps: E x ceil(n/B), shared by engine and cost;
     # simd: the vector operations of the compiled loops (the kernel's, and data's checksums); average:
     # the server's weighted average, compiled (the registry's weighted_average calls it); stopping: a
-    # signal's stop, which the warm launcher reads before any heavy import
+    # signal's stop, which the warm launcher reads before any heavy import; specs: what the models
+    # declare and what a dataset file holds, read by the planning without torch
     ("base", ["fedsim", "fedsim.atomic", "fedsim.records", "fedsim.steps", "fedsim.simd", "fedsim.average",
-              "fedsim.stopping"]),
+              "fedsim.stopping", "fedsim.specs"]),
     ("registry", ["fedsim.methods"]),
     ("method modules", ["fedsim.methods.*"]),
     ("settings", ["fedsim.settings"]),
@@ -43,7 +44,7 @@ LAYERS = [
     # The workflow's planning stands above the simulator it plans for: no training code imports it, so
     # editing the cost model or the runs table changes no training job's code fingerprint (fedsim.jobs)
     # and reruns no run. It must not reach down into torch either: TORCH_FREE below.
-    ("planning", ["fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost", "fedsim.progress",
+    ("planning", ["fedsim.kinds", "fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost", "fedsim.progress",
                   "fedsim.rescheduling"]),
     ("reports and measurements", ["fedsim.summary", "fedsim.figures", "fedsim.calibration"]),
     ("commands", ["fedsim.cli", "fedsim.warm", "fedsim.__main__"]),
@@ -52,7 +53,7 @@ LAYERS = [
 # Read at every snakemake call (workflow/rules/common.smk, the Snakefile, and the package itself before
 # any of its modules), by the CLI's parser and by the warm launcher before its job runs (stopping): no
 # `import torch` in them at any depth, and nothing they import (at any depth) loads torch.
-TORCH_FREE = ["fedsim", "fedsim.settings", "fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost",
+TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.kinds", "fedsim.settings", "fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost",
               "fedsim.progress", "fedsim.rescheduling", "fedsim.stopping"]
 
 

@@ -20,6 +20,7 @@ import pytest
 import yaml
 
 from fedsim import cost
+from fedsim.kinds import TOKEN_KINDS
 from fedsim.leaf.stats import dataset_stats
 
 from helpers.http_server import serve, server  # noqa: F401 (the fixture)
@@ -270,7 +271,7 @@ def test_paper_lstm_jobs_ask_for_their_cost_estimate_or_max_runtime(tmp_path):
     asked = {}
     for wildcards, resources in jobs:
         w = dict(item.split("=", 1) for item in wildcards.split(", "))
-        if cfg["datasets"][w["dataset"]]["kind"] in cost.LSTM_KINDS:
+        if cfg["datasets"][w["dataset"]]["kind"] in TOKEN_KINDS:
             asked[w["dataset"], w["method"], int(w["K"]), int(w["E"])] = int(re.search(r"runtime=(\d+)", resources)[1])
     assert {dataset for dataset, *_ in asked} == {"sent140", "shakespeare"}
     for (dataset, method, k, e), minutes in asked.items():

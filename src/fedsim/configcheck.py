@@ -19,10 +19,11 @@ import yaml
 
 from .download import SOURCES
 from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, method_kind, method_setting,
-                          n_devices, synthetic_settings, trains_mclr, used_datasets)
+                          n_devices, synthetic_settings, used_datasets)
 from .methods import ENTRIES, REGISTRY
 from .partition import DEFAULTS as PARTITION_DEFAULTS, check_settings
 from .settings import TAIL_FRACTION, RunConfig, rng_problem
+from .kinds import KINDS, entry_model, fit_problem, trains_linear_softmax
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, MEAN_SAMPLES
 
 # Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
@@ -101,6 +102,8 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
                     raise ConfigError(["datasets", name, key], "must be 0 when iid is true")
         if entry["kind"] == "dirichlet":
             _check_pool(cfg, name, entry)
+    for name in cfg["datasets"]:  # after the pools: a partition's samples are its pool's
+        _check_model(cfg, name)
     for name, exp in cfg["experiments"].items():
         _check_experiment(cfg, name, exp)
     _check_rng(cfg)
@@ -179,11 +182,18 @@ def _explain(error):
     if "propertyNames" in error.schema_path:
         return path + [str(error.instance)], "invalid name (use letters, digits, '_', '.', '-'; start with a letter or digit)"
     if error.validator in ("oneOf", "anyOf") and "description" in error.schema:
-        return path, f"{error.instance!r} is not {error.schema['description']}"
+        problem = f"{error.instance!r} is not {error.schema['description']}"
+        if isinstance(error.instance, str) and _takes_a_list(error.schema) and path:
+            problem += f" (a list: write {path[-1]}=[{error.instance}] after --config, or [{error.instance}] in a file)"
+        return path, problem
     problem = " ".join(error.message.split())
     if error.validator == "type" and _is_number_text(error.instance):
         problem += " (YAML reads 1e-3 as text: write 0.001 or 1.0e-3)"
     return path, problem
+
+
+def _takes_a_list(schema) -> bool:
+    return any(option.get("type") == "array" for option in schema.get("oneOf", schema.get("anyOf", [])))
 
 
 def _is_number_text(value) -> bool:
@@ -247,11 +257,6 @@ def _check_results_dir(cfg, project_dir) -> None:
             raise ConfigError(["results_dir"], f"{cfg['results_dir']!r} is {what}; name a folder below it")
 
 
-# The kinds a Dirichlet partition cannot pool: Sent140's token ids mean nothing without its file's
-# embedding, and a partition of a partition would be a chain the workflow does not build.
-UNPOOLED_KINDS = ("sent140", "dirichlet")
-
-
 def _check_pool(cfg, name, entry) -> None:
     """A Dirichlet partition's pool is another dataset of the config, of a kind it can pool. (Its
     alpha > 0 is the schema's; devices against the pool's samples are checked when the partition is
@@ -260,9 +265,29 @@ def _check_pool(cfg, name, entry) -> None:
     if pool not in cfg["datasets"]:
         raise ConfigError(where, f"unknown dataset {pool!r} (defined under datasets: {', '.join(cfg['datasets'])})")
     kind = cfg["datasets"][pool]["kind"]
-    if kind in UNPOOLED_KINDS:
+    if not KINDS[kind].poolable:  # token ids need their own file's vocabulary; a partition of a partition
+        unpooled = [name for name, k in KINDS.items() if not k.poolable]  # is a chain the workflow does not build
         raise ConfigError(where, f"{pool} is of kind {kind}; a partition pools an image or feature dataset "
-                                 f"(not {' or '.join(UNPOOLED_KINDS)})")
+                                 f"(not {' or '.join(unpooled)})")
+
+
+def _check_model(cfg, name) -> None:
+    """A dataset entry's model takes its samples; where the entry names a model that is not MCLR-like,
+    no experiment runs an MCLR-only method or the theorems' constants on it (where the kind's own
+    model is not, as on Sent140, those methods are left out of its runs: fedsim.experiments)."""
+    problem = fit_problem(cfg, name)
+    if problem:
+        raise ConfigError(["datasets", name, "model"], problem)
+    model = cfg["datasets"][name].get("model")
+    if model is None or trains_linear_softmax(cfg, name):
+        return
+    for experiment, exp in cfg["experiments"].items():
+        if name not in exp["datasets"]:
+            continue
+        needs = [m for m in exp["methods"] if ENTRIES[m].mclr_only] + (["theory: true"] if exp.get("theory") else [])
+        if needs:
+            raise ConfigError(["datasets", name, "model"], f"{model} is not an MCLR model, which {', '.join(needs)} "
+                                                           f"of experiment {experiment} needs")
 
 
 def _check_experiment(cfg, name, exp) -> None:
@@ -280,11 +305,14 @@ def _check_experiment(cfg, name, exp) -> None:
         if dataset not in cfg["datasets"]:
             raise ConfigError(where + ["datasets", i],
                               f"unknown dataset {dataset!r} (defined under datasets: {', '.join(cfg['datasets'])})")
+        if cfg.get("only_datasets") is not None and dataset not in cfg["only_datasets"]:
+            continue  # not run: its K, methods and theory are its own selection's to check
         experiment_ks(cfg, name, dataset)  # raises where K is undefined or too large
         for method in exp["methods"]:
             method_setting(cfg, method, Setting(dataset, "", "", ""))  # raises where every device is unknown
-        if exp.get("theory") and not trains_mclr(cfg, dataset):
-            raise ConfigError(where + ["theory"], f"the theorems' constants are measured for MCLR models only, not {dataset}")
+        if exp.get("theory") and not trains_linear_softmax(cfg, dataset):
+            raise ConfigError(where + ["theory"], f"the theorems' constants are measured for MCLR models only, not "
+                                                  f"{dataset}'s {entry_model(cfg, dataset)}")
         if exp.get("theory") and cfg["datasets"][dataset].get("eval_every", 1) != 1:
             raise ConfigError(["datasets", dataset, "eval_every"], f"must be 1 for experiment {name}, whose runs "
                                                                    "measure the theorems' constants every round")

@@ -39,7 +39,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from .experiments import LSTM_KINDS, RUN_FIELDS, ConfigError, trains_mclr
+from .experiments import RUN_FIELDS, ConfigError
+from .kinds import KINDS, TOKEN_KINDS, entry_model, trains_linear_softmax
+from .specs import model_spec
 from .jobs import train_device
 from .methods import ENTRIES
 from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
@@ -221,7 +223,7 @@ def evaluations(rounds: int, eval_every: int) -> int:
 def run_round_seconds(config, kind: str, constants=None) -> float | None:
     """The estimate of one round (training, gradients, evaluation) of a run (a RunConfig) on a dataset
     of `kind`, read from its file; None where the model has none (MCLR datasets, a GPU)."""
-    if kind not in LSTM_KINDS or config.device != "cpu":
+    if kind not in TOKEN_KINDS or config.device != "cpu":
         return None
     consts = (constants or load_constants(os.environ.get(CALIBRATION_ENV))[0])[kind]
     cost = run_cost(file_sizes(config.data), rounds=config.rounds, k=config.clients_per_round, epochs=config.epochs,
@@ -264,7 +266,7 @@ def lstm_run_cost(cfg, dataset, sizes: Sizes, constants, *, method, k, epochs, r
 def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> list[DatasetCost]:
     """Estimated cost of the plan's runs on each LSTM dataset (runs two experiments share count once)."""
     constants = constants or DEFAULTS
-    lstm = [d for d in dict.fromkeys(plan["dataset"]) if cfg["datasets"][d]["kind"] in LSTM_KINDS]
+    lstm = [d for d in dict.fromkeys(plan["dataset"]) if cfg["datasets"][d]["kind"] in TOKEN_KINDS]
     out = []
     for dataset in lstm:
         sizes = dataset_sizes(cfg, dataset, dataset_path(dataset))
@@ -287,16 +289,12 @@ def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> lis
 # ---------------------------------------------------------------------------------------
 
 # MCLR runs (synthetic, FEMNIST, JSON feature vectors) take seconds to minutes: their model is seconds
-# per selected device and local epoch, evaluation included, measured with FedDANE (the slowest of
-# FedAvg, SCAFFOLD, FedDANE) and rounded up: on the default synthetic sets, and on a synthetic set with
-# FEMNIST's 784 features for FEMNIST and JSON sets (the measurements: docs/performance.md).
-MCLR_DEVICE_EPOCH_S = {"synthetic": 0.00025, "femnist": 0.001, "json": 0.001}  # other kinds: FEMNIST's
-# A CNN run (a dataset entry's `model`: cnn, lenet5): seconds per training sample (forward and
-# backward) on one CPU core, from benchmarks/cnn_round.py (the `batched` engine, as a run takes it) on
-# this machine, rounded up; a metrics row costs about one such sample (its forward pass, and the full
-# local gradient the dissimilarities need). Rows per device: the built file's, else a LEAF FEMNIST
-# writer's mean, CONV_DEVICE_ROWS. A model not listed here is priced as LEAF's CNN.
-CONV_SAMPLE_S = {"cnn": 0.012, "lenet5": 0.0003}
+# per selected device and local epoch, evaluation included (a data kind's `mclr_device_epoch_s`,
+# fedsim.kinds), measured with FedDANE (the slowest of FedAvg, SCAFFOLD, FedDANE) and rounded up: on
+# the default synthetic sets, and on a synthetic set with FEMNIST's 784 features for FEMNIST and JSON
+# sets (the measurements: docs/performance.md).
+# Any other model's run (a CNN) is priced per sample from its `sample_seconds` (fedsim.specs); rows per
+# device: the built file's, else a LEAF FEMNIST writer's mean, CONV_DEVICE_ROWS.
 CONV_DEVICE_ROWS = 230
 THEORY_FACTOR = 3       # a run logging the theorems' constants (`theory: true`) takes up to ~2.4x
 MARGIN = 1.5            # on the estimate: another machine, a busy node, a cold file cache
@@ -310,21 +308,23 @@ USEFUL_SHARE = 0.8      # of a capped job's minutes, what advances its run: not 
 def train_seconds(cfg, dataset, *, method, k, epochs, rounds, theory, sizes_of, constants=None) -> float:
     """The estimate of one training run of the workflow on one CPU core: the LSTM model above on
     Sent140 and Shakespeare (`sizes_of(dataset)`: dataset_sizes'), conv_run_seconds for a CNN,
-    MCLR_DEVICE_EPOCH_S on the others."""
+    the data kind's MCLR seconds per device and epoch on the others."""
     kind = cfg["datasets"][dataset]["kind"]
-    if kind in LSTM_KINDS:
+    if kind in TOKEN_KINDS:
         seconds = lstm_run_cost(cfg, dataset, sizes_of(dataset), constants or DEFAULTS, method=method, k=k,
                                 epochs=epochs, rounds=rounds).total_s
-    elif not trains_mclr(cfg, dataset):
+    elif not trains_linear_softmax(cfg, dataset):
         seconds = conv_run_seconds(cfg, dataset, sizes_of, method=method, k=k, epochs=epochs, rounds=rounds)
     else:
-        seconds = rounds * epochs * k * MCLR_DEVICE_EPOCH_S.get(kind, MCLR_DEVICE_EPOCH_S["femnist"])
+        seconds = rounds * epochs * k * KINDS[kind].mclr_device_epoch_s
     return seconds * (THEORY_FACTOR if theory else 1)
 
 
 def conv_run_seconds(cfg, dataset, sizes_of, *, method, k, epochs, rounds) -> float:
     """A CNN run: k devices' epochs a round (and their full gradients where the method sends them),
-    and its evaluations (every `eval_every` rounds, on `eval_devices` of the devices), at CONV_SAMPLE_S."""
+    and its evaluations (every `eval_every` rounds, on `eval_devices` of the devices), at its model's
+    `sample_seconds`: a metrics row costs about one training sample (its forward pass, and the full
+    local gradient the dissimilarities need)."""
     entry = cfg["datasets"][dataset]
     try:
         sizes = sizes_of(dataset) if sizes_of is not None else None
@@ -340,7 +340,7 @@ def conv_run_seconds(cfg, dataset, sizes_of, *, method, k, epochs, rounds) -> fl
     share = min(1.0, entry.get("eval_devices", devices) / devices)
     evaluated = evaluations(rounds, entry.get("eval_every", 1))
     rows = rounds * (k * epochs + gradients) * device_rows + evaluated * share * all_rows
-    return rows * CONV_SAMPLE_S.get(entry.get("model"), CONV_SAMPLE_S["cnn"])
+    return rows * model_spec(entry_model(cfg, dataset)).sample_seconds
 
 
 def requested_minutes(seconds: float) -> int:

@@ -9,6 +9,7 @@ it, else the mu tuned in its `mu_from` experiment), or the experiment's own `mu`
 
 from __future__ import annotations
 
+import re
 from collections import namedtuple
 from decimal import Decimal
 
@@ -16,18 +17,8 @@ import pandas as pd
 
 from .methods import ENTRIES
 from .settings import clients_per_round_problem
+from .kinds import KINDS, model_tag, trains_linear_softmax
 from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
-
-LSTM_KINDS = ("shakespeare", "sent140")
-LEAF_KINDS = ("femnist", "femnist62", "shakespeare", "sent140")
-BUILT_KINDS = (*LEAF_KINDS, "dirichlet")  # built from raw files or other datasets: datasets.csv lists them
-
-
-def trains_mclr(cfg, dataset) -> bool:
-    """Whether a dataset's runs train MCLR: the paper's model of every kind but the LSTMs', unless
-    the entry names another `model` (fedsim.models)."""
-    entry = cfg["datasets"][dataset]
-    return entry["kind"] not in LSTM_KINDS and entry.get("model") in (None, "mclr")
 
 
 SYNTHETIC_KEYS = tuple(SYNTHETIC_DEFAULTS)  # the generator's settings a synthetic dataset's entry may override
@@ -98,25 +89,31 @@ def used_datasets(cfg) -> list[str]:
 def dataset_sources(cfg, dataset) -> list[str]:
     """The raw sources (keys of `sources`) a dataset is built from (a Dirichlet partition: its pool's)."""
     entry = cfg["datasets"][dataset]
-    if entry["kind"] == "femnist":
-        return [] if "json" in entry else ["nist_by_class"]
-    if entry["kind"] == "femnist62":
-        return [] if "json" in entry else ["nist_by_class", "nist_by_write"]
     if entry["kind"] == "dirichlet":  # the config check has refused a pool that is itself a partition
         pool = entry.get("pool")
         return dataset_sources(cfg, pool) if pool in cfg["datasets"] and pool != dataset else []
-    return {"synthetic": [], "json": [], "shakespeare": ["shakespeare"], "sent140": ["sent140", "glove"]}[entry["kind"]]
+    return [] if "json" in entry else list(KINDS[entry["kind"]].sources)
 
 
-def rounds_tag(cfg, dataset, rounds=None) -> str:
-    """'' for the dataset's own number of rounds (the paper's; also rounds=None), else
-    '_T<rounds>': the paper's runs keep short paths, an experiment's `rounds` gets its own."""
-    return "" if rounds in (None, cfg["datasets"][dataset]["rounds"]) else f"_T{rounds}"
+def run_tag(cfg, dataset, rounds=None) -> str:
+    """What a run's folder adds to its dataset's name, method and settings: '_T<rounds>' where it runs
+    another number of rounds than the dataset's own (the paper's; also rounds=None), and '_<model>'
+    where its dataset entry names another model than its kind's default (fedsim.kinds.model_tag). The
+    paper's runs keep short paths; an experiment's `rounds` and a dataset's `model` get their own."""
+    rounds_part = "" if rounds in (None, cfg["datasets"][dataset]["rounds"]) else f"_T{rounds}"
+    return rounds_part + model_tag(cfg, dataset)
 
 
 def tag_rounds(cfg, dataset, tag) -> int:
-    """The number of rounds a rounds tag stands for."""
-    return int(tag[2:]) if tag else cfg["datasets"][dataset]["rounds"]
+    """The number of rounds a run tag stands for."""
+    found = re.match(r"_T([0-9]+)", tag)
+    return int(found[1]) if found else cfg["datasets"][dataset]["rounds"]
+
+
+def tag_model(tag) -> str | None:
+    """The model a run tag names; None: its dataset kind's default."""
+    found = re.fullmatch(r"(?:_T[0-9]+)?(?:_(\w+))?", tag)
+    return found[1] if found else None
 
 
 # ---------------------------------------------------------------------------------------
@@ -194,9 +191,9 @@ def theory_tag(cfg, experiment) -> str:
 
 
 def settings(cfg, experiment) -> list[Setting]:
-    """Every (dataset, K, E, rounds tag) of an experiment."""
+    """Every (dataset, K, E, run tag) of an experiment."""
     exp = cfg["experiments"][experiment]
-    return [Setting(dataset, fmt(K), fmt(E), rounds_tag(cfg, dataset, exp.get("rounds")))
+    return [Setting(dataset, fmt(K), fmt(E), run_tag(cfg, dataset, exp.get("rounds")))
             for dataset in exp["datasets"] for K in experiment_ks(cfg, experiment, dataset)
             for E in as_list(exp["epochs"])]
 
@@ -238,7 +235,7 @@ def method_mus(cfg, method, setting, experiment, tuned=None) -> list:
     `tuned` is not known. None at all where the method does not apply (the authors' FedDANE on
     an LSTM or a CNN dataset)."""
     exp, kind = cfg["experiments"][experiment], method_kind(method)
-    if ENTRIES[method].mclr_only and not trains_mclr(cfg, setting.dataset):
+    if ENTRIES[method].mclr_only and not trains_linear_softmax(cfg, setting.dataset):
         return []
     if ENTRIES[method].method.mu != "none" and mu_source(cfg, experiment) == "fixed":
         return exp["mu"]
@@ -248,6 +245,21 @@ def method_mus(cfg, method, setting, experiment, tuned=None) -> list:
         source = method_setting(cfg, method, reference_setting(cfg, experiment, setting))
         return ["tuned"] if tuned is None else [chosen_mu(cfg, tuned, method, source)]
     return [cfg["datasets"][setting.dataset]["fedprox_mu"]] if kind == "fixed" else [0]
+
+
+def left_out(cfg) -> list[str]:
+    """One line per experiment and MCLR-only method it lists that some of its datasets cannot run (their
+    kind's model is not MCLR-like, as Sent140's LSTM): method_mus leaves those runs out, and the
+    workflow says so rather than drop them unseen. (A dataset entry naming such a model is refused by
+    the config check instead.)"""
+    lines = []
+    for name, exp in cfg["experiments"].items():
+        for method in (m for m in exp["methods"] if ENTRIES[m].mclr_only):
+            skipped = [d for d in exp["datasets"] if not trains_linear_softmax(cfg, d)]
+            if skipped:
+                lines.append(f"experiment {name}: {method} is defined for MCLR models only, so it is left out on "
+                             f"{', '.join(skipped)}")
+    return lines
 
 
 def selection_folder(cfg) -> str:

@@ -17,8 +17,8 @@ import shlex
 from pathlib import Path
 
 from . import atomic
-from .experiments import (BUILT_KINDS, RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings,
-                          trains_mclr)
+from .experiments import RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings, tag_model
+from .kinds import BUILT_KINDS, trains_linear_softmax
 from .methods import ENTRIES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
@@ -142,7 +142,7 @@ def planned_runs_csv(cfg, plan, run_dir) -> str:
         setting=[setting_name(m) for m in plan["method"]],
         eval_devices=[entry.get("eval_devices", "") for entry in datasets],
         eval_every=[entry.get("eval_every", 1) for entry in datasets],
-        model=[entry.get("model") or "" for entry in datasets],
+        model=[tag_model(tag) or "" for tag in plan["T"]],
         **{key: cfg["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
         run=[run_dir(*run) if run.mu != "tuned" else "" for run in plan[list(RUN_FIELDS)].itertuples(index=False)],
     )
@@ -165,12 +165,17 @@ def setting_args(method, value) -> str:
 
 
 def eval_args(cfg, dataset) -> str:
-    """How a run reads its dataset, on how many devices and how often it computes the metrics, and which model
-    it trains."""
+    """How a run reads its dataset, on how many devices and how often it computes the metrics."""
     entry = cfg["datasets"][dataset]
     return f"--load {entry['load']}" + (f" --eval-devices {entry['eval_devices']}" if "eval_devices" in entry else "") \
-        + (f" --eval-every {entry['eval_every']}" if "eval_every" in entry else "") \
-        + (f" --model {entry['model']}" if entry.get("model") else "")
+        + (f" --eval-every {entry['eval_every']}" if "eval_every" in entry else "")
+
+
+def model_args(tag) -> str:
+    """The model a run trains, from its folder's run tag (experiments.run_tag): the folder names every
+    model but its dataset kind's default, so that what a folder holds is what its name says."""
+    model = tag_model(tag)
+    return f"--model {model}" if model else ""
 
 
 def train_device(cfg, dataset) -> str:
@@ -178,7 +183,7 @@ def train_device(cfg, dataset) -> str:
     datasets (small matmuls, faster on a core and its compiled kernel) and the GPU (if there is
     one) for the others (the LSTMs, a CNN)."""
     device = cfg["simulator"]["device"]
-    return "cpu" if device == "auto" and trains_mclr(cfg, dataset) else device
+    return "cpu" if device == "auto" and trains_linear_softmax(cfg, dataset) else device
 
 
 def train_gpus(cfg, dataset) -> int:

@@ -21,12 +21,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import pkgutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .methods import ENTRIES, REGISTRY, get_method, resolve
+from .methods import ENTRIES, REGISTRY, get_method, resolve, unknown_method, variant_of
+from .specs import model_specs
 
 RESULT, NUMERICS, EXECUTION = "result", "numerics", "execution"
 
@@ -64,14 +64,7 @@ def _options_help() -> str:
         for name, o in m.options.items()) + ")"
 
 
-def _model_names() -> tuple[str, ...]:
-    """The models of fedsim.models (a module each; `_` modules hold shared parts), named without
-    importing them: they import torch (tests/test_train.py checks the names agree)."""
-    found = pkgutil.iter_modules([str(Path(__file__).with_name("models"))])
-    return tuple(sorted(info.name for info in found if not info.name.startswith("_")))
-
-
-MODEL_NAMES = _model_names()
+MODEL_NAMES = tuple(model_specs())  # the models of fedsim.models, read from their declarations
 # The engines of fedsim.engine.ENGINES and the dtypes of fedsim.train.DTYPES, named here without
 # importing torch (tests/test_train.py checks they agree).
 ENGINE_NAMES = ("auto", "kernel", "batched", "loop")
@@ -148,13 +141,16 @@ class RunConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming the first bad field, before any expensive work."""
+        if self.method not in REGISTRY:
+            raise ValueError(unknown_method(self.method))
         method = get_method(self.method)
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if not allowed(f, value):
                 raise ValueError(f"bad run setting {f.name}={value!r}")
         if method.mu == "none" and self.mu != 0:
-            raise ValueError(f"bad run setting mu={self.mu!r}: {self.method} has no proximal term")
+            raise ValueError(f"bad run setting mu={self.mu!r}: {variant_of(dataclasses.asdict(self))} has no "
+                             "proximal term")
         problem = rng_problem(self.rng, self.selection, self.second_subset, [self.method])
         if problem:
             name, needed, why = problem

@@ -17,8 +17,10 @@ from pathlib import Path
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
 from fedsim import atomic, cost, experiments, jobs  # noqa: E402
 from fedsim.configcheck import check_config, check_partition_pools, command_line_types, load_schema  # noqa: E402
-from fedsim.experiments import BUILT_KINDS, ConfigError, as_list, fmt  # noqa: E402
-from fedsim.jobs import setting_args  # noqa: E402
+from fedsim.experiments import ConfigError, as_list, fmt  # noqa: E402
+from fedsim.kinds import BUILT_KINDS  # noqa: E402
+from fedsim.specs import model_specs  # noqa: E402
+from fedsim.jobs import model_args, setting_args  # noqa: E402
 from fedsim.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES, USES  # noqa: E402
 
@@ -33,6 +35,8 @@ try:
     config["experiments"] = experiments.selected_experiments(config)  # only_experiments, only_datasets
 except ConfigError as err:
     sys.exit(str(err))  # one line naming the key, before any job
+for line in experiments.left_out(config):
+    print(line, file=sys.stderr)
 try:  # the folder the parse itself writes in (the code fingerprints): one line, not a traceback
     Path(config["results_dir"], "code").mkdir(parents=True, exist_ok=True)
 except OSError as err:
@@ -102,8 +106,9 @@ def run_stem(
 ):
     """Relative location of one training run: {dataset}/{method}/{setting}{mu}_K{K}_E{E}{T}{theory}_seed{seed},
     setting being the name of the method's setting `mu` holds the value of (mu, or the option it is
-    tuned over: alpha0.01 for FedDyn), T the rounds tag (see rounds_tag), theory '_theory' where the
-    run logs the theorems' constants (an experiment's `theory: true`), else ''."""
+    tuned over: alpha0.01 for FedDyn), T the run tag (its rounds and model where not the dataset's:
+    fedsim.experiments.run_tag), theory '_theory' where the run logs the theorems' constants (an
+    experiment's `theory: true`), else ''."""
     setting = "{setting}" if method == "{method}" else experiments.setting_name(method)
     return f"{dataset}/{method}/{setting}{fmt(mu)}_K{fmt(K)}_E{fmt(E)}{T}{theory}_seed{fmt(seed)}"
 
@@ -376,7 +381,7 @@ wildcard_constraints:
     mu=r"[0-9]+(\.[0-9]+)?",
     K=r"[0-9]+",
     E=r"[0-9]+",
-    T=r"(_T[0-9]+)?",
+    T=rf"(_T[0-9]+)?(_({alternatives(model_specs())}))?",
     theory=r"(_theory)?",
     seed=r"[0-9]+",
     experiment=alternatives(config["experiments"]),

@@ -1,10 +1,11 @@
-# Training: one job per (dataset, method, mu or the method's tuned option, K, E, rounds tag, theory tag, seed).
+# Training: one job per (dataset, method, mu or the method's tuned option, K, E, run tag: rounds and model,
+# theory tag, seed).
 # A job killed mid-run (walltime, lost node) continues from its checkpoint when rerun or retried: the
 # checkpoint is a param, not an output, so Snakemake's cleanup of a failed job keeps it. Its runtime is
 # the run's cost estimate with a margin, or simulator.max_runtime where lower; then `retries` (common.smk)
 # takes the run through as many jobs as it needs.
 # lr, batch size, the dataset's rounds, selection, second subset, the method's fedsim name and
-# correction term, rng, the init file's path, device, eval_devices, eval_every and load are params (the init
+# correction term, rng, the init file's path, device, eval_devices, eval_every, model and load are params (the init
 # file itself an input): changing one of them reruns the runs it touches. Threads are not: a CPU run gives the same result
 # whatever its thread count.
 
@@ -28,6 +29,7 @@ rule train:
         setting=lambda wildcards: setting_args(wildcards.method, wildcards.mu),
         device=lambda wildcards: train_device(wildcards.dataset),
         eval_args=lambda wildcards: eval_args(wildcards.dataset),
+        model=lambda wildcards: model_args(wildcards.T),
         theory=lambda wildcards: "--theory" if wildcards.theory else "",
         checkpoint=lambda w: checkpoint_path(w.dataset, w.method, w.mu, w.K, w.E, w.T, w.theory, w.seed),
     conda:
@@ -51,7 +53,8 @@ rule train:
         " --batch-size {params.batch_size} --lr {params.lr} --rounds {params.rounds}"
         " --seed {wildcards.seed} --selection {params.selection}"
         " --second-subset {params.second_subset}"
-        " --device {params.device} --threads {threads} {params.eval_args} {params.theory}"
+        " --device {params.device} --threads {threads} {params.eval_args} {params.model}"
+        " {params.theory}"
         " --checkpoint {params.checkpoint} --checkpoint-every {resources.checkpoint_every}"
         " --checkpoint-seconds {resources.checkpoint_seconds}"
         " --metrics {output.metrics} --info {output.info} > {log} 2>&1"

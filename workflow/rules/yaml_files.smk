@@ -3,8 +3,18 @@
 # Snakemake before this Snakefile runs, so only its own config file can be checked here.
 
 import sys
+from pathlib import Path
 
 import yaml
+
+
+def check_working_directory():
+    """The configs' paths (config/config.yaml, results/, ../shared/) are relative to the workflow's
+    folder: a run from elsewhere (`snakemake -s path/to/Snakefile`) is refused in one line."""
+    here, home = Path.cwd().resolve(), Path(workflow.basedir).resolve()
+    if here != home:
+        sys.exit(f"Run snakemake in the workflow's folder: cd {home} (its configs' paths are relative to it; "
+                 f"this one is {here})")
 
 
 def check_yaml_syntax(path):

@@ -337,7 +337,17 @@ def get_method(name: str) -> Method:
     try:
         return REGISTRY[name]
     except KeyError:
-        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(REGISTRY)}") from None
+        raise ValueError(unknown_method(name)) from None
+
+
+def unknown_method(name) -> str:
+    """One line: every name a run takes (methods and variants), and the one whose label `name` is
+    (FedAdam is fedopt's) where it is one."""
+    def plain(text):
+        return "".join(c for c in str(text).lower() if c.isalnum())
+    same_label = [n for n, label in LABELS.items() if plain(label) == plain(name)]
+    hint = f" ({LABELS[same_label[0]]} is {same_label[0]})" if same_label else ""
+    return f"unknown method {name!r}{hint}; choose one of {', '.join(ENTRIES)}"
 
 
 def resolve(name: str, options: dict | None = None) -> tuple[str, dict]:

@@ -5,19 +5,15 @@ A model is a class; an instance is the model of one dataset file, as pure functi
 (averages, proximal and correction terms) and a round's K local models stack along a leading
 device dimension: (K, *params.shape).
 
-A model module ends with `MODEL = <its class>`, a subclass of `Model` that declares
+A model module declares, at its top and in literals, `SPEC = ModelSpec(...)` (fedsim.specs: what the
+planning reads without torch): its name (the module's), label, the samples it takes, the engines
+besides the general torch rule that run it (`accelerators`: "kernel", the compiled MCLR loop on the
+CPU), where a round's devices train as one stack (`stacks_on`) and where each SGD step replays as a
+CUDA graph (`graphs_on`: a step of many small kernels, as an LSTM's), whether it is `linear_softmax`
+(MCLR's closed forms: the MCLR-only methods, the theorems' constants) and what a sample costs. It
+ends with `MODEL = <its class>`, a subclass of `Model` whose `spec` is that SPEC (its fields become
+the class's attributes), with
 
-    name            the module's name: what `--model` and run.json call it
-    label           its name in tables and figures
-    kinds           the dataset kinds it serves (the HDF5 file's `kind` attribute; `serves`)
-    accelerators    engines besides the general torch rule that run it, by name
-                    (fedsim.engine.ACCELERATORS: "kernel", the compiled MCLR loop on the CPU)
-    graphs_on       the device types on which the general rule replays each SGD step as a CUDA graph
-                    (a step of many small kernels, as an LSTM's: fedsim.engine.StepGraphs)
-    stacks_on       the device types on which the general rule trains a round's devices as one
-                    stacked computation; elsewhere it takes them one at a time (faster there)
-    linear_softmax  one linear layer and a softmax: the closed forms (local Hessians, the bias
-                    gradient) that the MCLR-only methods and the theorems' constants use
     build(dataset, dtype, device)   the model of one dataset file (a classmethod)
 
 and implements, on an instance,
@@ -42,12 +38,15 @@ Adding a model: one file here with its MODEL and its test (docs/architecture.md,
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import math
 import pkgutil
 
 import numpy as np
 import torch
+
+from ..specs import FILE_KINDS, ModelSpec
 
 EVAL_FLOATS = 1 << 25   # activations per evaluation chunk (128 MiB in float32)
 GRAD_FLOATS = 1 << 22   # per gradient chunk: autograd keeps several such tensors per layer
@@ -56,9 +55,11 @@ GRAD_FLOATS = 1 << 22   # per gradient chunk: autograd keeps several such tensor
 class Model:
     """What every model declares, and the defaults built on its per-sample losses."""
 
+    spec: ModelSpec
+    # the spec's fields, set on each class that declares a spec (__init_subclass__)
     name: str
     label: str
-    kinds: tuple[str, ...] = ()
+    samples: tuple[str, ...] = ()
     accelerators: tuple[str, ...] = ()
     stacks_on: tuple[str, ...] = ("cpu", "cuda")
     graphs_on: tuple[str, ...] = ()
@@ -66,9 +67,15 @@ class Model:
     layout: Layout | None = None  # the named tensors a flat parameter vector holds
     floats_per_sample = 1   # activations one sample's forward pass keeps: bounds the chunks below
 
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "spec" in cls.__dict__:
+            for f in dataclasses.fields(cls.spec):
+                setattr(cls, f.name, getattr(cls.spec, f.name))
+
     @classmethod
-    def serves(cls, kind: str) -> bool:
-        return kind in cls.kinds
+    def takes(cls, samples: str | None) -> bool:
+        return cls.spec.takes(samples)
 
     @classmethod
     def build(cls, dataset, dtype: torch.dtype, device: torch.device) -> "Model":
@@ -185,9 +192,9 @@ def _discover() -> dict[str, type]:
     """Every model module's MODEL, by name (a module's name is its model's)."""
     found = {}
     for info in pkgutil.iter_modules(__path__):
-        model = getattr(importlib.import_module(f"{__name__}.{info.name}"), "MODEL", None)
-        if model is None:
-            continue  # a module of shared parts (lstm.py)
+        if info.name.startswith("_"):
+            continue  # a module of shared parts (_lstm.py)
+        model = importlib.import_module(f"{__name__}.{info.name}").MODEL
         if model.name != info.name:
             raise ImportError(f"fedsim/models/{info.name}.py declares a model named {model.name!r}: "
                               f"name it {info.name!r}")
@@ -206,15 +213,17 @@ def get_model(name: str) -> type:
 
 
 def default_model(kind: str) -> str:
-    """The paper's model of a dataset kind: the LSTMs for Shakespeare and Sent140, MCLR otherwise."""
-    return {"shakespeare": "char_lstm", "sent140": "sent140_lstm"}.get(kind, "mclr")
+    """The paper's model of a dataset file's kind (fedsim.specs.FILE_KINDS): the LSTMs for Shakespeare
+    and Sent140, MCLR otherwise."""
+    return FILE_KINDS[kind][1] if kind in FILE_KINDS else "mclr"
 
 
 def for_dataset(dataset, dtype: torch.dtype, device: torch.device, name: str | None = None) -> Model:
     """The model `name` (default: the paper's for the dataset's kind) of one dataset file; ValueError
-    in one line where it does not serve that kind."""
+    in one line where it does not take the file's samples."""
     model = get_model(name or default_model(dataset.kind))
-    if not model.serves(dataset.kind):
-        raise ValueError(f"bad run setting model={model.name!r}: it does not serve {dataset.kind} data "
-                         f"({dataset.path.name})")
+    samples = FILE_KINDS[dataset.kind][0] if dataset.kind in FILE_KINDS else None
+    if not model.takes(samples):
+        raise ValueError(f"bad run setting model={model.name!r}: it takes {' or '.join(model.samples)} samples, "
+                         f"not the {samples} of {dataset.path.name}")
     return model.build(dataset, dtype, device)

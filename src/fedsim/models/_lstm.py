@@ -128,8 +128,6 @@ class LSTMModel(Model):
     layout: Layout
     seq_len: int
     hidden: int
-    # a step is ~1,800 (Sent140) to ~5,700 (Shakespeare) kernels, each far shorter than its launch
-    graphs_on = ("cuda",)
 
     @property
     def floats_per_sample(self) -> int:

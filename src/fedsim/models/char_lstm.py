@@ -6,14 +6,16 @@ import torch
 import torch.nn.functional as F
 
 from ._lstm import Layout, LSTMModel, dense, lookup, lstm_last, lstm_layer_shapes
+from ..specs import ModelSpec
+
+# a step is ~5,700 kernels, each far shorter than its launch
+SPEC = ModelSpec(name="char_lstm", label="char LSTM", samples=("shakespeare",), graphs_on=("cuda",))
 
 
 class CharLSTM(LSTMModel):
     """Char embedding 8, 2-layer LSTM 256, next char over 80 symbols (the last step's logits)."""
 
-    name = "char_lstm"
-    label = "char LSTM"
-    kinds = ("shakespeare",)
+    spec = SPEC
 
     def __init__(self, num_classes=80, seq_len=80, embed=8, hidden=256, layers=2):
         self.num_classes, self.seq_len, self.hidden, self.layers = num_classes, seq_len, hidden, layers

@@ -26,17 +26,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import Layout, Model, glorot_uniform
+from ..specs import ModelSpec
+
+# on a CPU core a round's devices one at a time run faster than their stack as one grouped convolution
+# (benchmarks/cnn_round.py, docs/performance.md); a GPU gains from the stack
+SPEC = ModelSpec(name="cnn", label="CNN", samples=("image",), stacks_on=("cuda",), sample_seconds=0.012)
 
 
 class CNN(Model):
     """conv 5x5 x32, pool, conv 5x5 x64, pool, dense 2048, dense classes; cross-entropy."""
 
-    name = "cnn"
-    label = "CNN"
-    kinds = ("femnist",)
-    # on a CPU core a round's devices one at a time run faster than their stack as one grouped
-    # convolution (benchmarks/cnn_round.py, docs/performance.md); a GPU gains from the stack
-    stacks_on = ("cuda",)
+    spec = SPEC
     channels = (32, 64)
     hidden = (2048,)
     kernel = 5

@@ -22,19 +22,21 @@ import math
 import torch
 
 from .cnn import CNN
+from ..specs import ModelSpec
+
+# its small convolutions gain from running a round's devices as one grouped convolution on a CPU core
+# too, unlike LEAF's CNN (benchmarks/cnn_round.py --model lenet5, docs/performance.md)
+SPEC = ModelSpec(name="lenet5", label="LeNet-5", samples=("image",), stacks_on=("cpu", "cuda"),
+                 sample_seconds=0.0003)
 
 
 class LeNet5(CNN):
     """conv 5x5 x6, pool, conv 5x5 x16, pool, dense 120, dense 84, dense classes; cross-entropy."""
 
-    name = "lenet5"
-    label = "LeNet-5"
+    spec = SPEC
     channels = (6, 16)
     hidden = (120, 84)
     same_padding = False
-    # its small convolutions gain from running a round's devices as one grouped convolution on a
-    # CPU core too, unlike LEAF's CNN (benchmarks/cnn_round.py --model lenet5, docs/performance.md)
-    stacks_on = ("cpu", "cuda")
 
     def init(self, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
         params = torch.zeros(self.layout.size, dtype=dtype)

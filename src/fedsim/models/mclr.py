@@ -13,8 +13,10 @@ import torch
 import torch.nn.functional as F
 
 from . import Model, glorot_uniform
+from ..specs import ModelSpec
 
-TOKEN_KINDS = ("shakespeare", "sent140")  # their samples are token ids, not features
+SPEC = ModelSpec(name="mclr", label="MCLR", samples=("features", "image"), accelerators=("kernel",),
+                 linear_softmax=True)
 
 
 class MCLR(Model):
@@ -24,18 +26,11 @@ class MCLR(Model):
     what it trained: unregularised cross-entropy.
     """
 
-    name = "mclr"
-    label = "MCLR"
-    accelerators = ("kernel",)
-    linear_softmax = True
+    spec = SPEC
 
     def __init__(self, num_features: int, num_classes: int):
         self.num_features = num_features
         self.num_classes = num_classes
-
-    @classmethod
-    def serves(cls, kind: str) -> bool:
-        return kind not in TOKEN_KINDS  # any dataset of feature vectors
 
     @classmethod
     def build(cls, dataset, dtype, device) -> "MCLR":

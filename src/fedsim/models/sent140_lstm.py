@@ -7,14 +7,16 @@ import torch
 import torch.nn.functional as F
 
 from ._lstm import Layout, LSTMModel, dense, lstm_last, lstm_layer_shapes
+from ..specs import ModelSpec
+
+# a step is ~1,800 kernels, each far shorter than its launch
+SPEC = ModelSpec(name="sent140_lstm", label="Sent140 LSTM", samples=("sent140",), graphs_on=("cuda",))
 
 
 class Sent140LSTM(LSTMModel):
     """Frozen GloVe embedding, 2-layer LSTM 100, dense 30 (ReLU), 1 logit (binary cross-entropy)."""
 
-    name = "sent140_lstm"
-    label = "Sent140 LSTM"
-    kinds = ("sent140",)
+    spec = SPEC
     num_classes = 2
 
     def __init__(self, embedding: torch.Tensor, seq_len=25, hidden=100, dense=30, layers=2):

@@ -1,0 +1,102 @@
+"""The data kinds of a workflow config, as the planning sees them: what each builds, and a dataset
+entry's samples, model and fit. No torch: the workflow reads this at every snakemake call.
+
+A kind (a dataset entry's `kind:`) builds files of one file kind (fedsim.specs.FILE_KINDS: their
+samples and default model), or of a kind known only once built (a JSON import: its file's; a
+Dirichlet partition: its pool's). It declares whether a partition may pool its rows, whether it is
+built from raw files or other datasets, its raw sources and what an MCLR run on it costs. Only the
+planning imports this module: editing it (a cost figure, say) reruns no run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .specs import FILE_KINDS, TOKEN_SAMPLES, model_spec
+
+
+@dataclass(frozen=True)
+class Kind:
+    """A dataset entry's kind, as the planning sees it."""
+
+    name: str
+    file_kind: str | None   # the kind of the files it builds (fedsim.specs.FILE_KINDS); None: known once built
+    poolable: bool = True   # a Dirichlet partition may pool its rows (Sent140's word ids mean nothing
+                            # without its file's embedding; fedsim.partition refuses its files too)
+    built: bool = False     # built from raw files or other datasets (datasets.csv lists them)
+    sources: tuple[str, ...] = ()  # the raw sources it is built from (`sources:` of the config), unless
+                                   # its entry names LEAF JSON files (`json:`)
+    # an MCLR run's seconds per selected device and local epoch, evaluation included (fedsim.cost)
+    mclr_device_epoch_s: float = 0.001
+
+    @property
+    def samples(self) -> str | None:
+        return FILE_KINDS[self.file_kind][0] if self.file_kind else None
+
+    @property
+    def default_model(self) -> str | None:
+        return FILE_KINDS[self.file_kind][1] if self.file_kind else None
+
+
+KINDS = {kind.name: kind for kind in (
+    Kind("synthetic", "synthetic", mclr_device_epoch_s=0.00025),
+    Kind("json", None),
+    Kind("femnist", "femnist", built=True, sources=("nist_by_class",)),
+    Kind("femnist62", "femnist", built=True, sources=("nist_by_class", "nist_by_write")),
+    Kind("shakespeare", "shakespeare", built=True, sources=("shakespeare",)),
+    Kind("sent140", "sent140", poolable=False, built=True, sources=("sent140", "glove")),
+    Kind("dirichlet", None, poolable=False, built=True),
+)}
+BUILT_KINDS = tuple(name for name, kind in KINDS.items() if kind.built)
+# the kinds whose samples are token ids, which only their own model reads
+TOKEN_KINDS = tuple(name for name, kind in KINDS.items() if kind.samples in TOKEN_SAMPLES)
+
+
+# ---- A dataset entry of a config: its samples and its model
+
+def entry_samples(cfg, dataset) -> str | None:
+    """What one sample of the config's dataset `dataset` is (a partition: its pool's); None where
+    only its built file can say (a JSON import)."""
+    entry = cfg["datasets"][dataset]
+    if entry["kind"] == "dirichlet":
+        return entry_samples(cfg, entry["pool"]) if entry.get("pool") in cfg["datasets"] else None
+    return KINDS[entry["kind"]].samples
+
+
+def kind_default_model(cfg, dataset) -> str | None:
+    """The model a dataset entry trains without a `model:`: its kind's (a partition: its pool's kind's);
+    None where its built file decides (a JSON import: MCLR for features, the LSTMs for their tokens)."""
+    entry = cfg["datasets"][dataset]
+    if entry["kind"] == "dirichlet":
+        return kind_default_model(cfg, entry["pool"]) if entry.get("pool") in cfg["datasets"] else None
+    return KINDS[entry["kind"]].default_model
+
+
+def entry_model(cfg, dataset) -> str | None:
+    """The model a dataset entry's runs train: its `model:`, else its kind's default (None: its file's)."""
+    return cfg["datasets"][dataset].get("model") or kind_default_model(cfg, dataset)
+
+
+def trains_linear_softmax(cfg, dataset) -> bool:
+    """Whether a dataset entry's runs train an MCLR-like model (a JSON import's default counts as MCLR:
+    a feature set's, what the config check cannot tell from its tokens before the file is built)."""
+    model = entry_model(cfg, dataset)
+    return model is None or model_spec(model).linear_softmax
+
+
+def model_tag(cfg, dataset) -> str:
+    """'' where a dataset entry trains its kind's default model, else '_<model>': a run's identity names
+    its model wherever the default is not used, so that two models never share a run folder."""
+    model = cfg["datasets"][dataset].get("model")
+    return "" if model is None or model == kind_default_model(cfg, dataset) else f"_{model}"
+
+
+def fit_problem(cfg, dataset) -> str | None:
+    """What is wrong with a dataset entry's model for its samples, or None."""
+    model, samples = entry_model(cfg, dataset), entry_samples(cfg, dataset)
+    if model is None:
+        return None
+    spec = model_spec(model)
+    if spec.takes(samples):
+        return None
+    return f"{model} takes {' or '.join(spec.samples)} samples, not {dataset}'s {samples}"

@@ -1,0 +1,109 @@
+"""What a model declares and what a dataset file holds, read without torch.
+
+A model declares its `SPEC`, a ModelSpec, at the top of its file in fedsim/models/; `model_specs()`
+reads those declarations from the files' text, without importing them (a model's file imports
+torch), and tests/test_specs.py checks that what it reads is what the imported model declares. The
+planning (fedsim.kinds, the config check, the cost model) reads them at every snakemake call; the
+models import this module too, so it is training code: an edit of it reruns the runs.
+
+Samples are named by what a model needs to read them: `features` (a vector), `image` (C x H x W,
+which a feature model reads flattened), or a token set (`shakespeare`: characters; `sent140`: words
+as GloVe ids), whose ids mean something only to the model built for them. A dataset file's `kind`
+attribute (fedsim.data) says which its samples are, and which model it trains by default.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+FEATURES, IMAGE = "features", "image"
+MODELS_DIR = Path(__file__).with_name("models")
+# A dataset file's kind: (what one sample is, the paper's model for it). A JSON import's file takes
+# the kind of what it holds, a Dirichlet partition its pool's.
+FILE_KINDS = {
+    "synthetic": (FEATURES, "mclr"),
+    "femnist": (IMAGE, "mclr"),
+    "shakespeare": ("shakespeare", "char_lstm"),
+    "sent140": ("sent140", "sent140_lstm"),
+}
+TOKEN_SAMPLES = tuple(samples for samples, _ in FILE_KINDS.values() if samples not in (FEATURES, IMAGE))
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What a model declares (the SPEC at the top of its file, in literals only)."""
+
+    name: str               # its file's name: what `--model` and run.json call it
+    label: str              # its name in tables and figures
+    samples: tuple[str, ...]  # the samples it takes (FEATURES, IMAGE, a token set)
+    accelerators: tuple[str, ...] = ()  # engines besides the general torch rule (fedsim.engine.ACCELERATORS)
+    stacks_on: tuple[str, ...] = ("cpu", "cuda")  # devices where a round's devices train as one stack
+    graphs_on: tuple[str, ...] = ()     # devices where each SGD step replays as a CUDA graph
+    linear_softmax: bool = False        # MCLR's closed forms: the MCLR-only methods, the theorems
+    # local SGD's seconds per training sample (forward and backward) on one CPU core, from
+    # benchmarks/cnn_round.py (the `batched` engine, as a run takes it) rounded up: fedsim.cost prices a
+    # run from it. None only where the data kind prices it (MCLR per device and epoch, the LSTMs'
+    # calibrated constants); any other model must declare it.
+    sample_seconds: float | None = None
+
+    def __post_init__(self):
+        priced_by_kind = self.linear_softmax or all(s in TOKEN_SAMPLES for s in self.samples)
+        if self.sample_seconds is None and not priced_by_kind:
+            raise ValueError(f"model {self.name}: declare its sample_seconds (fedsim.cost prices its runs by it)")
+
+    def takes(self, samples: str | None) -> bool:
+        """Whether it reads these samples (None: not known yet, so not refused here)."""
+        return samples is None or samples in self.samples
+
+
+def _read_spec(path: Path) -> ModelSpec | None:
+    """The SPEC = ModelSpec(...) of a model file, from its text; None where it declares none."""
+    tree = ast.parse(path.read_text(), str(path))
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SPEC"]:
+            call = node.value
+            if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "ModelSpec" and not call.args):
+                raise ValueError(f"{path}: SPEC must be ModelSpec(name=..., ...) with keyword arguments")
+            try:
+                declared = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
+            except ValueError:
+                raise ValueError(f"{path}: SPEC's arguments must be literals (the planning reads them without "
+                                 "importing the file)") from None
+            try:
+                return ModelSpec(**declared)
+            except (TypeError, ValueError) as err:
+                raise ValueError(f"{path}: {err}") from None
+    return None
+
+
+@cache
+def model_specs(folder: Path = MODELS_DIR) -> dict[str, ModelSpec]:
+    """Every model's declaration, by name: a module of `folder` each (`_` modules hold shared parts)."""
+    found = {}
+    for path in sorted(folder.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        spec = _read_spec(path)
+        if spec is None:
+            raise ValueError(f"{path}: a model file declares its SPEC = ModelSpec(...) (fedsim.specs)")
+        if spec.name != path.stem:
+            raise ValueError(f"{path} declares a model named {spec.name!r}: name it {path.stem!r}")
+        found[spec.name] = spec
+    return found
+
+
+def model_spec(name: str) -> ModelSpec:
+    specs = model_specs()
+    if name not in specs:
+        raise ValueError(f"unknown model {name!r}; choose one of {', '.join(specs)}")
+    return specs[name]
+
+
+def spec_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(ModelSpec))
+
+
