@@ -26,6 +26,7 @@ ratios to `batched`.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -91,7 +92,7 @@ def main(argv=None):
     rng = np.random.default_rng(0)
     sizes = rng.integers(max(1, args.samples // 2), args.samples * 3 // 2 + 1, args.clients)
     n = int(sizes.sum())
-    x = torch.from_numpy(rng.random((n, model.side ** 2), dtype=np.float32)).to(device)
+    x = torch.from_numpy(rng.random((n, math.prod(model.image)), dtype=np.float32)).to(device)
     y = torch.from_numpy(rng.integers(0, model.num_classes, n)).to(device)
     clients = Clients.from_arrays(x, y, np.concatenate([[0], np.cumsum(sizes)]))
     params = model.init(torch.Generator().manual_seed(0)).to(device)

@@ -165,6 +165,23 @@ def test_device_grads_are_each_devices_full_gradient():
         torch.testing.assert_close(grads[k], expected, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("make", [
+    lambda: LeNet5(num_classes=10, image=(3, 32, 32)),   # CIFAR-10's images: 32 -> 28 -> 14 -> 10 -> 5
+    lambda: CNN(num_classes=4, image=(2, 12, 16), channels=(2, 3), hidden=(5,)),   # not square
+])
+def test_any_channels_and_sides_a_stack_equals_the_torch_nn_network_per_device(make):
+    """C x H x W images: the stacked forward of K devices equals each device's torch.nn network."""
+    model = make()
+    params = torch.stack([model.init(torch.Generator().manual_seed(s), torch.float64) for s in range(3)])
+    g = torch.Generator().manual_seed(1)
+    x = torch.rand(3, 4, *model.image, generator=g, dtype=torch.float64).flatten(2)
+    stacked = model.forward(model.layout.views(params), x)
+    for k in range(3):
+        torch.testing.assert_close(stacked[k], model.as_module(params[k])(x[k]), rtol=1e-10, atol=1e-12)
+    if model.image == (3, 32, 32):  # LeNet-5 on CIFAR-10, as the papers count it
+        assert model.layout.size == 456 + 2416 + 48120 + 10164 + 850 == 62006
+
+
 def test_an_image_the_poolings_cannot_halve_is_refused_in_one_line():
     with pytest.raises(ValueError, match="cannot take 30x30 images: a convolution's output side 15 does not halve"):
         CNN(side=30)

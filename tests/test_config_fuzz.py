@@ -192,7 +192,7 @@ CASES = [
                                at("experiments.theory.datasets", ["tweets"])), "experiments.theory.theory",
      "MCLR models only, not tweets"),
     ("cnn_on_features", at("datasets.synthetic_1_1.model", "cnn"), "datasets.synthetic_1_1.model",
-     "cnn takes image samples, not synthetic_1_1's features"),
+     "cnn takes image samples; synthetic_1_1's samples are features"),
     ("unknown_model", at("datasets.synthetic_iid.model", "resnet"), "datasets.synthetic_iid.model",
      "'resnet' is not one of ['char_lstm', 'cnn'"),
     ("fixed_mu_and_mu_from", at("experiments.theory.mu_from", "figure1"), "experiments.theory.mu_from",

@@ -69,9 +69,9 @@ def test_tuning_runs_are_the_grid_runs_of_the_tuned_methods():
      "(a list: write only_experiments=[figure1] after --config, or [figure1] in a file)"),
     # a model that does not take its dataset's samples: named at the dataset entry, before any experiment
     (lambda c: c["datasets"]["synthetic_1_1"].update(model="lenet5"), "datasets.synthetic_1_1.model",
-     "lenet5 takes image samples, not synthetic_1_1's features"),
+     "lenet5 takes image samples; synthetic_1_1's samples are features"),
     (lambda c: c["datasets"]["synthetic_iid"].update(model="char_lstm"), "datasets.synthetic_iid.model",
-     "char_lstm takes shakespeare samples, not synthetic_iid's features"),
+     "char_lstm takes shakespeare samples; synthetic_iid's samples are features"),
 ])
 def test_a_mistake_is_one_config_error_naming_the_key(edit, path, problem):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())

@@ -92,18 +92,19 @@ def test_the_jobs_arguments_and_sources():
                                          "min_samples_rule": "more_than", "train_fraction": 0.9, "seed": 0, **TRAINING}
     cfg["datasets"]["femnist62"]["test_only"] = "drop"
     cfg["datasets"]["femnist62_dir"].update(scheme="per_class", self_balancing=False, max_retries=10,
-                                            train_fraction=0.9, seed=0)
+                                            train_fraction=0.9, seed=0, repeats="drop")
     cfg["datasets"]["femnist62_hsu"].update(min_partition_size=10, self_balancing=True, max_retries=10,
-                                            train_fraction=0.9, seed=0)
+                                            train_fraction=0.9, seed=0, repeats="keep")
     assert jobs.leaf_args(cfg, "femnist62") == "--test-only drop"
     assert jobs.leaf_args(cfg, "femnist62_nist") == ("--fraction 0.05 --min-samples 0 --min-samples-rule more_than "
                                                      "--train-fraction 0.9 --seed 0")
     assert jobs.dirichlet_args(cfg, "femnist62_dir") == ("--devices 20 --alpha 0.3 --scheme per_class "
                                                          "--min-partition-size 5 --train-fraction 0.9 --seed 0 "
-                                                         "--max-retries 10 --no-self-balancing")
+                                                         "--repeats drop --max-retries 10 --no-self-balancing")
     # the per_class settings are no argument of a per_device partition: editing them reruns nothing
     assert jobs.dirichlet_args(cfg, "femnist62_hsu") == ("--devices 10 --alpha 1 --scheme per_device "
-                                                         "--min-partition-size 10 --train-fraction 0.9 --seed 0")
+                                                         "--min-partition-size 10 --train-fraction 0.9 --seed 0 "
+                                                         "--repeats keep")
     assert dataset_sources(cfg, "femnist62") == [] and dataset_sources(cfg, "femnist62_dir") == []
     cfg["datasets"]["femnist62_dir"]["pool"] = "femnist62_nist"
     assert dataset_sources(cfg, "femnist62_dir") == ["nist_by_class", "nist_by_write"]

@@ -34,7 +34,7 @@ LAYERS = [
     ("method modules", ["fedsim.methods.*"]),
     ("settings", ["fedsim.settings"]),
     ("data", ["fedsim.data", "fedsim.synthetic", "fedsim.download", "fedsim.leaf", "fedsim.leaf.*",
-              "fedsim.partition"]),
+              "fedsim.partition", "fedsim.arrays"]),
     ("numerics", ["fedsim.authors", "fedsim.kernel", "fedsim.shuffle", "fedsim.models", "fedsim.models.*", "fedsim.engine",
                   "fedsim.metrics"]),
     ("run parts", ["fedsim.theory", "fedsim.checkpoint"]),

@@ -191,7 +191,8 @@ def test_leaf_dataset_defaults_are_the_commands():
     person running the command alone gets. The workflow passes every one of them, so the schema's
     are the ones it runs; tied here, since the schema cannot read argparse."""
     commands = {"shakespeare": "prepare-shakespeare", "sent140": "prepare-sent140", "femnist": "prepare-femnist",
-                "femnist62": "prepare-femnist62", "json": "import-json", "dirichlet": "partition-dirichlet"}
+                "femnist62": "prepare-femnist62", "json": "import-json", "dirichlet": "partition-dirichlet",
+                "arrays": "import-arrays"}
     flags = {"glove_dim": "dim"}
     tied = set()
     # as filled in (a Dirichlet partition's defaults are fedsim.partition.DEFAULTS, the command's too)

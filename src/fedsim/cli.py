@@ -37,7 +37,7 @@ from . import settings
 from .atomic import write_csv, write_text
 from .download import SOURCES
 from .methods import ENTRIES
-from .partition import DEFAULTS as PARTITION, SCHEMES
+from .partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
 from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
 from .stopping import StopSignals, Stopped, exit_status
@@ -213,12 +213,25 @@ def _partition_dirichlet(args) -> None:
     prov = write_dirichlet(args.pool, args.out, devices=args.devices, alpha=args.alpha, name=args.name,
                            scheme=args.scheme, min_partition_size=args.min_partition_size,
                            self_balancing=args.self_balancing, max_retries=args.max_retries,
-                           train_fraction=args.train_fraction, seed=args.seed)
+                           train_fraction=args.train_fraction, seed=args.seed, repeats=args.repeats)
     with FederatedDataset(args.out) as dataset:
         sizes = dataset.train_sizes + dataset.test_sizes
+    print(f"{args.name}: {prov['pool']['repeated_rows_dropped']} rows of the pool repeat an earlier one: "
+          + ("dropped" if args.repeats == "drop" else "kept (--repeats keep)"))
     print(f"{args.name}: {args.devices} devices from {prov['pool']['samples']} samples of {args.pool} "
           f"({args.scheme}, alpha {args.alpha:g}, seed {args.seed}, {prov['draws']} draw(s)); samples per device "
           f"{sizes.min()}-{sizes.max()} (median {np.median(sizes):g}), {prov['unused_samples']} dealt to none")
+
+
+def _import_arrays(args) -> None:
+    from .arrays import import_arrays
+    from .data import FederatedDataset
+
+    prov = import_arrays(args.npz, args.out, name=args.name, train_fraction=args.train_fraction, seed=args.seed)
+    with FederatedDataset(args.out) as dataset:
+        print(f"{args.name}: {prov['rows']} rows of {args.npz}, {dataset.num_devices} device(s) ({prov['devices']}), "
+              f"{dataset.kind} {tuple(dataset.feature_shape)}, {dataset.num_classes} classes; "
+              f"{int(dataset.train_sizes.sum())} train / {int(dataset.test_sizes.sum())} test rows")
 
 
 def _prepare_sent140(args) -> None:
@@ -476,9 +489,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="each device's share of train rows, LEAF's per-user split "
                         f"(default: {PARTITION['train_fraction']})")
     p.add_argument("--seed", type=INDEX, default=PARTITION["seed"])
+    p.add_argument("--repeats", choices=REPEATS, default=PARTITION["repeats"],
+                   help="a sample the pool holds more than once: dealt once (drop) or every time (keep; an image "
+                        f"may then train on one device and test on another) (default: {PARTITION['repeats']})")
     p.add_argument("--name", default="dirichlet")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_partition_dirichlet)
+
+    p = sub.add_parser("import-arrays", help="a user's .npz of arrays (x, y; optional device, test) as HDF5")
+    p.add_argument("--npz", required=True, help="x: n x d features or n x C x H x W images; y: n integer labels; "
+                                                "device: n device ids (none: a pool, one device); test: n booleans")
+    p.add_argument("--train-fraction", type=SHARE, default=PARTITION["train_fraction"],
+                   help="without `test`: each device's share of train rows, LEAF's per-user split "
+                        f"(default: {PARTITION['train_fraction']})")
+    p.add_argument("--seed", type=INDEX, default=PARTITION["seed"])
+    p.add_argument("--name", default="arrays")
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_import_arrays)
 
     p = sub.add_parser("import-json", help="LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5")
     p.add_argument("--train", required=True, nargs="+", help="train JSON files or folders (.json, .json.gz)")

@@ -17,6 +17,7 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from .arrays import describe as describe_arrays
 from .download import SOURCES
 from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, method_kind, method_setting,
                           n_devices, synthetic_settings, used_datasets)
@@ -100,10 +101,16 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
             for key in ("alpha", "beta"):
                 if entry[key] != 0:
                     raise ConfigError(["datasets", name, key], "must be 0 when iid is true")
+    built_from = {cfg["datasets"].get(d, {}).get("pool") for d in used_datasets(cfg)}
+    for name, entry in cfg["datasets"].items():
+        if entry["kind"] == "arrays" and (name in used_datasets(cfg) or name in built_from):
+            _check_arrays(cfg, name, entry)
+    for name, entry in cfg["datasets"].items():  # after the arrays: a pool's samples are read from its file
         if entry["kind"] == "dirichlet":
             _check_pool(cfg, name, entry)
-    for name in cfg["datasets"]:  # after the pools: a partition's samples are its pool's
-        _check_model(cfg, name)
+    for name in used_datasets(cfg):  # after the pools: a partition's samples are its pool's
+        if name in cfg["datasets"]:  # (an unknown one: the experiment's check names it)
+            _check_model(cfg, name)
     for name, exp in cfg["experiments"].items():
         _check_experiment(cfg, name, exp)
     _check_rng(cfg)
@@ -269,6 +276,20 @@ def _check_pool(cfg, name, entry) -> None:
         unpooled = [name for name, k in KINDS.items() if not k.poolable]  # is a chain the workflow does not build
         raise ConfigError(where, f"{pool} is of kind {kind}; a partition pools an image or feature dataset "
                                  f"(not {' or '.join(unpooled)})")
+
+
+def _check_arrays(cfg, name, entry) -> None:
+    """A user's .npz holds what fedsim.arrays reads; one without device ids is a pool, which no
+    experiment runs on directly."""
+    try:
+        about = describe_arrays(entry["npz"])
+    except ValueError as err:
+        raise ConfigError(["datasets", name, "npz"], str(err)) from None
+    if not about["devices"]:
+        users = [e for e, exp in cfg["experiments"].items() if name in exp["datasets"]]
+        if users:
+            raise ConfigError(["datasets", name], f"{entry['npz']} has no `device` ids: it is a pool; let experiment "
+                                                  f"{users[0]} run a kind: dirichlet entry with pool: {name}")
 
 
 def _check_model(cfg, name) -> None:

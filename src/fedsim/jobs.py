@@ -29,7 +29,7 @@ LEAF_KEYS = {"shakespeare": LEAF_SAMPLING_KEYS, "sent140": (*LEAF_SAMPLING_KEYS,
 FLAGS = {"glove_dim": "dim"}
 # A Dirichlet partition's keys, as --flags of `fedsim partition-dirichlet`; the per_class scheme's own
 # (self_balancing is --self-balancing / --no-self-balancing) are passed only for it
-PARTITION_KEYS = ("devices", "alpha", "scheme", "min_partition_size", "train_fraction", "seed")
+PARTITION_KEYS = ("devices", "alpha", "scheme", "min_partition_size", "train_fraction", "seed", "repeats")
 PER_CLASS_KEYS = ("max_retries",)
 
 
@@ -73,6 +73,12 @@ def json_args(cfg, dataset) -> str:
     args = [f"--order {entry['order']} --test-only {entry['test_only']}"]
     args += [f"--classes {entry['classes']}"] if "classes" in entry else []
     return " ".join(args + _expect_devices(entry))
+
+
+def arrays_args(cfg, dataset) -> str:
+    """Arguments of `fedsim import-arrays` besides its .npz: how a device's rows split without `test`."""
+    entry = cfg["datasets"][dataset]
+    return f"--train-fraction {entry['train_fraction']} --seed {entry['seed']}"
 
 
 def _expect_devices(entry) -> list[str]:

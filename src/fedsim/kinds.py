@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .arrays import describe
 from .specs import FILE_KINDS, TOKEN_SAMPLES, model_spec
 
 
@@ -46,6 +47,7 @@ KINDS = {kind.name: kind for kind in (
     Kind("shakespeare", "shakespeare", built=True, sources=("shakespeare",)),
     Kind("sent140", "sent140", poolable=False, built=True, sources=("sent140", "glove")),
     Kind("dirichlet", None, poolable=False, built=True),
+    Kind("arrays", None),   # a user's .npz: features or images, as its `x` says (fedsim.arrays)
 )}
 BUILT_KINDS = tuple(name for name, kind in KINDS.items() if kind.built)
 # the kinds whose samples are token ids, which only their own model reads
@@ -60,6 +62,11 @@ def entry_samples(cfg, dataset) -> str | None:
     entry = cfg["datasets"][dataset]
     if entry["kind"] == "dirichlet":
         return entry_samples(cfg, entry["pool"]) if entry.get("pool") in cfg["datasets"] else None
+    if entry["kind"] == "arrays":  # its x's header says (an unreadable file: the config check names it)
+        try:
+            return describe(entry["npz"])["samples"]
+        except ValueError:
+            return None
     return KINDS[entry["kind"]].samples
 
 
@@ -69,6 +76,8 @@ def kind_default_model(cfg, dataset) -> str | None:
     entry = cfg["datasets"][dataset]
     if entry["kind"] == "dirichlet":
         return kind_default_model(cfg, entry["pool"]) if entry.get("pool") in cfg["datasets"] else None
+    if entry["kind"] == "arrays":  # features or images: MCLR either way
+        return "mclr"
     return KINDS[entry["kind"]].default_model
 
 
@@ -99,4 +108,4 @@ def fit_problem(cfg, dataset) -> str | None:
     spec = model_spec(model)
     if spec.takes(samples):
         return None
-    return f"{model} takes {' or '.join(spec.samples)} samples, not {dataset}'s {samples}"
+    return f"{model} takes {' or '.join(spec.samples)} samples; {dataset}'s samples are {samples}"

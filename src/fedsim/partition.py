@@ -38,8 +38,11 @@ SCHEMES = ("per_class", "per_device")
 # The settings besides alpha, the device count and the pool, at flwr-datasets' defaults where it has
 # them, by the names of the config's keys and of `fedsim partition-dirichlet`'s options (both take
 # their defaults from here). train_fraction: LEAF's FEMNIST split (-t sample --tf 0.9).
+# repeats: a sample (its x) the pool holds more than once is dealt once (drop: its first row kept), or
+# every time (keep: an image may then be a training row of one device and a test row of another).
 DEFAULTS = {"scheme": "per_class", "min_partition_size": 10, "self_balancing": True, "max_retries": 10,
-            "train_fraction": 0.9, "seed": 0}
+            "train_fraction": 0.9, "seed": 0, "repeats": "drop"}
+REPEATS = ("drop", "keep")
 # spawn keys of the random streams (changing one changes the built files)
 STREAMS = dict(class_order=0, proportions=1, device_mixes=2, dealing=3, device_order=4, split=5)
 
@@ -180,13 +183,23 @@ def split_devices(sizes, train_fraction, seed):
     return [split_by_sample(n, train_fraction, rng) or (np.arange(n), np.arange(0)) for n in sizes]
 
 
+def first_rows(x: np.ndarray) -> np.ndarray:
+    """The rows of x, in order, that no earlier row equals bit for bit."""
+    flat = np.ascontiguousarray(x.reshape(len(x), -1))
+    _, first = np.unique(flat.view(np.dtype((np.void, flat.dtype.itemsize * flat.shape[1]))), return_index=True)
+    return np.sort(first)
+
+
 def write_dirichlet(pool_path, out_path, *, devices, alpha, name=None, scheme=DEFAULTS["scheme"],
                     min_partition_size=DEFAULTS["min_partition_size"], self_balancing=DEFAULTS["self_balancing"],
                     max_retries=DEFAULTS["max_retries"], train_fraction=DEFAULTS["train_fraction"],
-                    seed=DEFAULTS["seed"]) -> dict:
+                    seed=DEFAULTS["seed"], repeats=DEFAULTS["repeats"]) -> dict:
     """Partition every train and test row of the dataset file `pool_path` among `devices` devices,
     split each device's samples train / test (split_devices), and write the result; returns its
-    provenance. The file's kind and classes are the pool's."""
+    provenance. The file's kind and classes are the pool's; a sample the pool repeats is dealt once
+    unless `repeats` is "keep"."""
+    if repeats not in REPEATS:
+        raise ValueError(f"repeats: expected one of {', '.join(REPEATS)}, got {repeats!r}")
     from .data import FederatedDataset  # here: the config check reads DEFAULTS without h5py
     from .leaf.common import write_partition
 
@@ -197,7 +210,13 @@ def write_dirichlet(pool_path, out_path, *, devices, alpha, name=None, scheme=DE
         check_settings(int(pool.train_sizes.sum() + pool.test_sizes.sum()), devices, alpha, scheme=scheme,
                        min_partition_size=min_partition_size, max_retries=max_retries)  # before reading rows
         x, y = (np.concatenate(a) for a in zip(*((d.x, d.y) for d in map(pool.load, ("train", "test")))))
-        about = dict(path=str(pool_path), name=pool.name, kind=pool.kind, samples=len(y),
+        rows = len(y)
+        if repeats == "drop":
+            x, y = (a[first_rows(x)] for a in (x, y))
+            check_settings(len(y), devices, alpha, scheme=scheme, min_partition_size=min_partition_size,
+                           max_retries=max_retries)
+        about = dict(path=str(pool_path), name=pool.name, kind=pool.kind, samples=rows, repeats=repeats,
+                     repeated_rows_dropped=rows - len(y),
                      train_samples=int(pool.train_sizes.sum()), test_samples=int(pool.test_sizes.sum()),
                      provenance=pool.attrs["provenance"])
         kind, classes = pool.kind, int(pool.num_classes)

@@ -29,6 +29,8 @@ FILE_KINDS = {
     "femnist": (IMAGE, "mclr"),
     "shakespeare": ("shakespeare", "char_lstm"),
     "sent140": ("sent140", "sent140_lstm"),
+    "features": (FEATURES, "mclr"),   # a user's own arrays (fedsim.arrays)
+    "images": (IMAGE, "mclr"),
 }
 TOKEN_SAMPLES = tuple(samples for samples, _ in FILE_KINDS.values() if samples not in (FEATURES, IMAGE))
 

@@ -250,12 +250,12 @@ check_report_has_a_run()
 
 # ---- Per-rule arguments and resources (fedsim.jobs), bound to this config
 
-(synthetic_args, leaf_args, json_args, json_inputs, dirichlet_args, raw_file, fetch_inputs, fetch_args, init_files,
- run_args, eval_args, train_device, train_gpus, train_mem_mb, method_options_text) = (
+(synthetic_args, leaf_args, json_args, json_inputs, arrays_args, dirichlet_args, raw_file, fetch_inputs, fetch_args,
+ init_files, run_args, eval_args, train_device, train_gpus, train_mem_mb, method_options_text) = (
     partial(getattr(jobs, name), config) for name in (
-        "synthetic_args", "leaf_args", "json_args", "json_inputs", "dirichlet_args", "raw_file", "fetch_inputs",
-        "fetch_args", "init_files", "run_args", "eval_args", "train_device", "train_gpus", "train_mem_mb",
-        "method_options_text"))
+        "synthetic_args", "leaf_args", "json_args", "json_inputs", "arrays_args", "dirichlet_args", "raw_file",
+        "fetch_inputs", "fetch_args", "init_files", "run_args", "eval_args", "train_device", "train_gpus",
+        "train_mem_mb", "method_options_text"))
 
 
 def leaf_raw_inputs(dataset):

@@ -52,6 +52,32 @@ rule import_json:
         " --test {input.test} {params.args} --out {output} > {log} 2>&1"
 
 
+rule import_arrays:
+    """Import a user's .npz of arrays (x, y; optional device, test): a dataset, or a pool to partition."""
+    input:
+        npz=lookup(dpath="datasets/{dataset}/npz", within=config),
+        code=code_fingerprint("arrays"),
+    output:
+        dataset_path(),
+    params:
+        args=lambda wildcards: arrays_args(wildcards.dataset),
+    wildcard_constraints:
+        dataset=alternatives(datasets_of_kind("arrays")),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=8192,
+        runtime=20,
+    log:
+        log_path("import_arrays", "{dataset}"),
+    benchmark:
+        benchmark_path("import_arrays", "{dataset}")
+    shell:
+        "python -m fedsim.warm import-arrays --name {wildcards.dataset} --npz {input.npz} {params.args}"
+        " --out {output} > {log} 2>&1"
+
+
 rule partition_dirichlet:
     """A Dirichlet label partition of another dataset's train and test rows into N devices
     (per class over the devices, or per device over the classes)."""

@@ -42,16 +42,22 @@ class CNN(Model):
     kernel = 5
     same_padding = True   # LEAF's "same"; False: no padding ("valid"), each convolution trims kernel - 1
 
-    def __init__(self, num_classes: int = 62, side: int = 28, channels=None, hidden=None):
-        self.num_classes, self.side = num_classes, side
+    def __init__(self, num_classes: int = 62, side: int = 28, channels=None, hidden=None, image=None):
+        """`image`: one sample's (channels, height, width); default one channel of side x side."""
+        self.num_classes = num_classes
+        self.image = tuple(int(n) for n in (image or (1, side, side)))
+        in_channels, height, width = self.image
+        self.side = height if height == width else None  # a square image's side
         self.channels = tuple(channels or self.channels)
         self.hidden = tuple(hidden or self.hidden)
-        self.sides = self._sides(side)   # each convolution's output side (before its pooling)
-        shapes, fan_in = {}, 1
+        # each convolution's output (height, width), before its pooling
+        self.sides = list(zip(self._sides(height), self._sides(width)))
+        shapes, fan_in = {}, in_channels
         for i, c in enumerate(self.channels, 1):
             shapes |= {f"conv{i}.kernel": (c, fan_in, self.kernel, self.kernel), f"conv{i}.bias": (c,)}
             fan_in = c
-        width = self.channels[-1] * (self.sides[-1] // 2) ** 2
+        last_h, last_w = self.sides[-1]
+        width = self.channels[-1] * (last_h // 2) * (last_w // 2)
         for i, h in enumerate(self.hidden, 1):
             shapes |= {f"dense{i}.kernel": (width, h), f"dense{i}.bias": (h,)}
             width = h
@@ -63,7 +69,8 @@ class CNN(Model):
         for _ in self.channels:
             s = s if self.same_padding else s - self.kernel + 1
             if s < 2 or s % 2:
-                raise ValueError(f"the {self.name} model cannot take {side}x{side} images: a convolution's "
+                _, height, width = self.image
+                raise ValueError(f"the {self.name} model cannot take {height}x{width} images: a convolution's "
                                  f"output side {s} does not halve in 2x2 pooling")
             sides.append(s)
             s //= 2
@@ -76,13 +83,13 @@ class CNN(Model):
     @property
     def floats_per_sample(self) -> int:
         """The activations kept per sample: each convolution's output and each dense layer's."""
-        return sum(s * s * c for s, c in zip(self.sides, self.channels)) + sum(self.hidden)
+        return sum(h * w * c for (h, w), c in zip(self.sides, self.channels)) + sum(self.hidden)
 
     def forward_flops(self) -> int:
         """Flops of one sample's forward pass (multiply-adds x 2; ReLU, pooling, loss left out)."""
-        fan_in, flops = 1, 0
-        for s, c in zip(self.sides, self.channels):
-            flops += 2 * self.kernel ** 2 * s * s * fan_in * c
+        fan_in, flops = self.image[0], 0
+        for (h, w), c in zip(self.sides, self.channels):
+            flops += 2 * self.kernel ** 2 * h * w * fan_in * c
             fan_in = c
         return flops + sum(2 * math.prod(shape) for name, shape in self.layout.shapes.items()
                            if name.endswith(".kernel") and len(shape) == 2)
@@ -90,16 +97,25 @@ class CNN(Model):
     def training_flops(self) -> int:
         """Flops of one sample's SGD step: forward, input gradients (not the first layer's: nobody
         needs them) and weight gradients, three forward passes' worth less the first layer's one."""
-        return 3 * self.forward_flops() - 2 * self.kernel ** 2 * self.sides[0] ** 2 * self.channels[0]
+        (h, w), fan_in = self.sides[0], self.image[0]
+        return 3 * self.forward_flops() - 2 * self.kernel ** 2 * h * w * fan_in * self.channels[0]
 
     @classmethod
     def build(cls, dataset, dtype, device) -> "CNN":
-        pixels = math.prod(dataset.feature_shape)
-        side = math.isqrt(pixels)
-        if side * side != pixels:
-            raise ValueError(f"bad run setting model={cls.name!r}: {dataset.path.name}'s samples have {pixels} "
-                             "features, not a square image")
-        return cls(num_classes=dataset.num_classes, side=side)
+        """For a file's images: (C, H, W) as stored, or one channel of a square stored flat (FEMNIST's 784)."""
+        shape = tuple(dataset.feature_shape)
+        if len(shape) == 1:
+            side = math.isqrt(shape[0])
+            if side * side != shape[0]:
+                raise ValueError(f"bad run setting model={cls.name!r}: {dataset.path.name}'s samples have {shape[0]} "
+                                 "features, not a square image")
+            shape = (1, side, side)
+        elif len(shape) == 2:
+            shape = (1, *shape)
+        try:
+            return cls(num_classes=dataset.num_classes, image=shape)
+        except ValueError as err:
+            raise ValueError(f"bad run setting model={cls.name!r}: {dataset.path.name}: {err}") from None
 
     def init(self, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
         params = torch.zeros(self.layout.size, dtype=dtype)
@@ -112,25 +128,26 @@ class CNN(Model):
         return params
 
     def input_layout(self, dtype: torch.dtype) -> tuple[int, torch.dtype]:
-        return self.side * self.side, dtype
+        return math.prod(self.image), dtype
 
     def prepare_inputs(self, x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         x = x.reshape(x.shape[0], -1)
         return x.clone() if out is None else out.copy_(x)
 
     def forward(self, p, x) -> torch.Tensor:
-        """One model's views and x (B, side^2) -> (B, classes); or a stack's: (K, ...) and (K, B, side^2) ->
+        """One model's views and x (B, C H W) -> (B, classes); or a stack's: (K, ...) and (K, B, C H W) ->
         (K, B, classes)."""
         if p["out.bias"].dim() == 1:
             return self.forward({name: view.unsqueeze(0) for name, view in p.items()}, x.unsqueeze(0)).squeeze(0)
         k, b = x.shape[:2]
-        # devices as channel groups: (B, K * channels, side, side)
-        h = x.reshape(k, b, 1, self.side, self.side).transpose(0, 1).reshape(b, k, self.side, self.side)
+        # devices as channel groups: (B, K * C, H, W)
+        c, height, width = self.image
+        h = x.reshape(k, b, c, height, width).transpose(0, 1).reshape(b, k * c, height, width)
         for i in range(1, len(self.channels) + 1):
             weight, bias = p[f"conv{i}.kernel"], p[f"conv{i}.bias"]
             h = F.conv2d(h, weight.flatten(0, 1), bias.flatten(), padding=self.padding, groups=k)
             h = F.max_pool2d(torch.relu(h), 2)
-        h = h.reshape(b, k, -1).transpose(0, 1)  # (K, B, channels x side^2), channels first
+        h = h.reshape(b, k, -1).transpose(0, 1)  # (K, B, channels x height x width), channels first
         for i in range(1, len(self.hidden) + 1):
             h = torch.relu(torch.baddbmm(p[f"dense{i}.bias"].unsqueeze(1), h, p[f"dense{i}.kernel"]))
         return torch.baddbmm(p["out.bias"].unsqueeze(1), h, p["out.kernel"])
@@ -144,7 +161,7 @@ class CNN(Model):
     def as_module(self, params: torch.Tensor) -> nn.Sequential:
         """The same network as torch.nn layers holding a copy of params: what a user would write by hand
         (tests/test_cnn.py checks one against the other; benchmarks/cnn_round.py times both)."""
-        layers, fan_in = [nn.Unflatten(1, (1, self.side, self.side))], 1
+        layers, fan_in = [nn.Unflatten(1, self.image)], self.image[0]
         for c in self.channels:
             layers += [nn.Conv2d(fan_in, c, self.kernel, padding=self.padding), nn.ReLU(), nn.MaxPool2d(2)]
             fan_in = c

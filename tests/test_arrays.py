@@ -1,0 +1,119 @@
+"""A user's own data (fedsim.arrays, kind `arrays`): an .npz of x and y, with or without device ids,
+imported as a dataset file or a pool; what it cannot read is one line naming the file and the
+array; a 3 x 32 x 32 pool partitioned by Dirichlet trains LeNet-5 through the workflow."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from fedsim.arrays import describe, import_arrays
+from fedsim.data import FederatedDataset
+from fedsim.partition import write_dirichlet
+
+from helpers.workflow import config_error, copy_workflow, default_config, snakemake, write_config
+
+
+def images(n=120, classes=4, shape=(3, 32, 32), seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.random((n, *shape), dtype=np.float32), rng.integers(0, classes, n)
+
+
+@pytest.mark.parametrize("arrays, problem", [
+    (lambda x, y: dict(y=y), "no `x` array"),
+    (lambda x, y: dict(x=x), "no `y` array"),
+    (lambda x, y: dict(x=x, y=y[:-1]), "`y` has shape (119,): expected (120,), one per row of `x`"),
+    (lambda x, y: dict(x=x, y=y + 0.5), "`y` holds float64: expected integer labels"),
+    (lambda x, y: dict(x=x[:, 0], y=y), "`x` has shape (120, 32, 32): expected n x d features or n x C x H x W"),
+    (lambda x, y: dict(x=x, y=y, device=np.zeros(120)), "`device` holds float64: expected integer device ids"),
+    (lambda x, y: dict(x=x, y=y, test=np.zeros(120, int)), "`test` holds int64: expected booleans"),
+    (lambda x, y: dict(x=x, y=y, labels=y), "unknown array `labels`"),
+    (lambda x, y: dict(x=x.astype(str), y=y), "`x` holds <U"),
+])
+def test_an_npz_it_cannot_read_is_one_line_naming_the_array(tmp_path, arrays, problem):
+    path = tmp_path / "mine.npz"
+    np.savez(path, **arrays(*images()))
+    with pytest.raises(ValueError) as refused:
+        import_arrays(path, tmp_path / "out.h5", name="mine")
+    assert str(refused.value).startswith(f"{path}: ") and problem in str(refused.value), str(refused.value)
+    assert "\n" not in str(refused.value) and not (tmp_path / "out.h5").exists()
+
+
+def test_device_ids_and_test_rows_are_the_files(tmp_path):
+    x, y = images(shape=(20,))
+    device = np.repeat([7, 3, 5], 40)
+    test = np.tile(np.arange(40) % 4 == 0, 3)
+    np.savez(tmp_path / "fed.npz", x=x, y=y, device=device, test=test)
+    assert describe(tmp_path / "fed.npz") == {"samples": "features", "shape": (20,), "rows": 120, "devices": True,
+                                              "test": True}
+    import_arrays(tmp_path / "fed.npz", tmp_path / "fed.h5", name="fed")
+    with FederatedDataset(tmp_path / "fed.h5") as data:
+        assert (data.kind, data.num_devices, data.num_classes) == ("features", 3, int(y.max()) + 1)
+        assert list(data.clients) == ["3", "5", "7"]  # in id order
+        assert list(data.train_sizes) == [30] * 3 and list(data.test_sizes) == [10] * 3
+        first = data.load("test", [0])  # device 3's test rows, in file order
+        np.testing.assert_array_equal(first.x, x[40:80][test[40:80]])
+        np.testing.assert_array_equal(first.y, y[40:80][test[40:80]])
+
+
+def test_without_device_ids_it_is_a_pool_whose_repeats_are_dealt_once(tmp_path):
+    x, y = images()
+    x[100:110], y[100:110] = x[:10], y[:10]  # ten images twice, as FEMNIST's pool repeats some
+    np.savez(tmp_path / "pool.npz", x=x, y=y)
+    import_arrays(tmp_path / "pool.npz", tmp_path / "pool.h5", name="pool")
+    with FederatedDataset(tmp_path / "pool.h5") as pool:
+        assert (pool.kind, pool.num_devices, tuple(pool.feature_shape)) == ("images", 1, (3, 32, 32))
+    dealt = {}
+    for repeats in ("drop", "keep"):
+        prov = write_dirichlet(tmp_path / "pool.h5", tmp_path / f"{repeats}.h5", devices=4, alpha=1.0,
+                               min_partition_size=5, repeats=repeats)
+        with FederatedDataset(tmp_path / f"{repeats}.h5") as data:
+            rows = np.concatenate([data.load(split).x for split in ("train", "test")]).reshape(-1, 3 * 32 * 32)
+        dealt[repeats] = (len(rows), len(np.unique(rows, axis=0)), prov["pool"]["repeated_rows_dropped"])
+    assert dealt == {"drop": (110, 110, 10), "keep": (120, 110, 0)}
+
+
+def arrays_config(npz, model="lenet5"):
+    cfg = default_config()
+    cfg["seeds"] = [0]
+    hyper = dict(lr=0.05, batch_size=10, rounds=2, fedprox_mu=0)
+    cfg["datasets"] = {"pool": dict(kind="arrays", npz=str(npz), **hyper),
+                       "dir": dict(kind="dirichlet", pool="pool", devices=6, alpha=0.5, min_partition_size=5,
+                                   model=model, **hyper)}
+    cfg["experiments"] = {"mine": {"figure": "figure1", "datasets": ["dir"], "methods": ["fedavg"],
+                                   "clients_per_round": 3, "epochs": 1}}
+    return cfg
+
+
+@pytest.mark.parametrize("change, line", [
+    (lambda c: c["datasets"]["dir"].update(model="char_lstm"),
+     "Config error at datasets.dir.model: char_lstm takes shakespeare samples; dir's samples are image"),
+    (lambda c: c["experiments"]["mine"].update(datasets=["pool"]),
+     "Config error at datasets.pool: {npz} has no `device` ids: it is a pool; let experiment mine run a kind: "
+     "dirichlet entry with pool: pool"),
+    (lambda c: c["datasets"]["pool"].update(npz="missing.npz"), "Config error at datasets.pool.npz: missing.npz: no "
+                                                                 "such file"),
+])
+def test_the_config_check_reads_the_npz_before_any_job(tmp_path, change, line):
+    workdir = copy_workflow(tmp_path / "wf")
+    x, y = images()
+    np.savez(tmp_path / "pool.npz", x=x, y=y)
+    cfg = arrays_config(tmp_path / "pool.npz")
+    change(cfg)
+    write_config(workdir, cfg)
+    assert config_error(workdir) == line.format(npz=tmp_path / "pool.npz")
+
+
+@pytest.mark.workflow
+def test_a_pool_of_colour_images_partitioned_by_dirichlet_trains_lenet5_through_the_workflow(tmp_path):
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    x, y = images()
+    np.savez(tmp_path / "cifar_like.npz", x=x, y=y)
+    write_config(workdir, arrays_config(tmp_path / "cifar_like.npz"))
+    code, out = snakemake(workdir, "--cores", "2")
+    assert code == 0, out
+    run = workdir / "results" / "runs" / "dir" / "fedavg" / "mu0_K3_E1_lenet5_seed0"
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["round"] for row in rows] == ["0", "1", "2"]
+    assert '"model": "lenet5"' in (run / "run.json").read_text()
