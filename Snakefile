@@ -33,6 +33,8 @@ configfile: "config/config.yaml"
 # Helpers; validates the config against workflow/schemas/config.schema.yaml (one-line
 # error naming the bad key) and fills in the schema's defaults.
 include: "workflow/rules/common.smk"
+include: "workflow/rules/report.smk"
+include: "workflow/rules/resources.smk"
 include: "workflow/rules/code.smk"
 include: "workflow/rules/data.smk"
 include: "workflow/rules/leaf.smk"

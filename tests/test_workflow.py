@@ -350,6 +350,14 @@ def test_a_selection_keeps_its_tables_beside_its_figures(tiny_run):
     assert "Adding figure1.png" in out and "Adding figure2.png" not in out and "Adding runs.csv" in out, out
     code, out = snakemake(tiny_run, "--report", "whole.html")
     assert code == 0 and "Adding figure2.png" in out, out
+    # the same selection of another config (more seeds; a dataset's other rounds): its runs are not
+    # those its folder's figures show, so no report, and one line saying what to run
+    for change, problem in [("experiments={figure1: {seeds: [0, 1, 2]}}", "_seed2/run.json and 5 more of its 18 runs"),
+                            ("datasets={synthetic_iid: {rounds: 4}}", "was trained for 5 rounds, not this config's 4")]:
+        code, out = snakemake(tiny_run, "--report", "other.html", *selection, change)
+        (line,) = [line for line in out.splitlines() if "Nothing to report yet" in line]
+        assert code != 0 and problem in line and line.endswith("first, then the report"), out
+        assert not (tiny_run / "other.html").exists()
 
 
 def test_changing_the_grid_reruns_only_new_runs(tiny_run, tmp_path):
@@ -684,3 +692,4 @@ def test_a_report_before_any_run_says_what_to_run_first(tmp_path):
     (line,) = [line for line in out.splitlines() if "Nothing to report yet" in line]
     assert line.startswith("Nothing to report yet: results/only-figure1/summary/planned_runs.csv"), line
     assert "run `snakemake --config 'only_experiments=[figure1]'` first" in line
+    assert not (workdir / "results").exists()  # nothing left of the parse: no empty results/code/

@@ -121,10 +121,23 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
 
 
 
+def built_samples(path) -> int | None:
+    """A built dataset file's samples (train and test), read from its offsets; None before it is built
+    (or where it cannot be read: its build says so)."""
+    from .cost import file_sizes
+
+    try:
+        sizes = file_sizes(path)
+    except (OSError, KeyError, ValueError):
+        return None
+    return int(sizes.train.sum() + sizes.test.sum())
+
+
 def check_partition_pools(cfg: dict, pool_samples) -> None:
     """Each Dirichlet partition some experiment runs against its pool's sample count, where
-    `pool_samples(name)` knows it (the pool's file is built; else None): what no draw can satisfy
-    (fedsim.partition.check_settings) is a ConfigError before any job, not a failed build."""
+    `pool_samples(name)` knows it (the pool's file is built; else None: built_samples of its path):
+    what no draw can satisfy (fedsim.partition.check_settings) is a ConfigError before any job, not a
+    failed build."""
     for name in used_datasets(cfg):
         entry = cfg["datasets"][name]
         samples = pool_samples(entry["pool"]) if entry["kind"] == "dirichlet" else None

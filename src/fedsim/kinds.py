@@ -26,7 +26,7 @@ class Kind:
                             # without its file's embedding; fedsim.partition refuses its files too)
     built: bool = False     # built from raw files or other datasets (datasets.csv lists them)
     sources: tuple[str, ...] = ()  # the raw sources it is built from (`sources:` of the config), unless
-                                   # its entry names LEAF JSON files (`json:`)
+    own_files: str | None = None   # the entry's key naming files of its own to build from instead
     # an MCLR run's seconds per selected device and local epoch, evaluation included (fedsim.cost)
     mclr_device_epoch_s: float = 0.001
 
@@ -42,19 +42,29 @@ class Kind:
 KINDS = {kind.name: kind for kind in (
     Kind("synthetic", "synthetic", mclr_device_epoch_s=0.00025),
     Kind("json", None),
-    Kind("femnist", "femnist", built=True, sources=("nist_by_class",)),
-    Kind("femnist62", "femnist", built=True, sources=("nist_by_class", "nist_by_write")),
+    Kind("femnist", "femnist", built=True, sources=("nist_by_class",), own_files="json"),
+    Kind("femnist62", "femnist", built=True, sources=("nist_by_class", "nist_by_write"), own_files="json"),
     Kind("shakespeare", "shakespeare", built=True, sources=("shakespeare",)),
     Kind("sent140", "sent140", poolable=False, built=True, sources=("sent140", "glove")),
     Kind("dirichlet", None, poolable=False, built=True),
-    Kind("arrays", None),   # a user's .npz: features or images, as its `x` says (fedsim.arrays)
+    Kind("arrays", None, own_files="npz"),   # a user's .npz: features or images, as its `x` says (fedsim.arrays)
 )}
 BUILT_KINDS = tuple(name for name, kind in KINDS.items() if kind.built)
 # the kinds whose samples are token ids, which only their own model reads
 TOKEN_KINDS = tuple(name for name, kind in KINDS.items() if kind.samples in TOKEN_SAMPLES)
 
 
-# ---- A dataset entry of a config: its samples and its model
+# ---- A dataset entry of a config: what it is built from, its samples and its model
+
+def raw_inputs(cfg, dataset) -> tuple[list[str], list[str]]:
+    """(raw sources, files of its own) a dataset entry is built from: its entry's files where its kind
+    takes some (`own_files`: FEMNIST's LEAF JSON, an .npz) and it names them, else its kind's sources."""
+    entry, kind = cfg["datasets"][dataset], KINDS[cfg["datasets"][dataset]["kind"]]
+    if kind.own_files and kind.own_files in entry:
+        files = entry[kind.own_files]
+        return [], [files] if isinstance(files, str) else list(files)
+    return list(kind.sources), []
+
 
 def entry_samples(cfg, dataset) -> str | None:
     """What one sample of the config's dataset `dataset` is (a partition: its pool's); None where

@@ -15,8 +15,9 @@ from pathlib import Path
 
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
-from fedsim import atomic, cost, experiments, jobs  # noqa: E402
-from fedsim.configcheck import check_config, check_partition_pools, command_line_types, load_schema  # noqa: E402
+from fedsim import atomic, cost, experiments, jobs, kinds  # noqa: E402
+from fedsim.configcheck import (built_samples, check_config, check_partition_pools, command_line_types,  # noqa: E402
+                               load_schema)
 from fedsim.experiments import ConfigError, as_list, fmt  # noqa: E402
 from fedsim.kinds import BUILT_KINDS  # noqa: E402
 from fedsim.specs import model_specs  # noqa: E402
@@ -214,40 +215,6 @@ def final_targets():
     return targets
 
 
-def report_call(argv):
-    """This call's options where it builds a report of the default target (`--report [FILE]` or
-    `--reporter`, not `--report-after-run`, which reports after its own run), else None. Read with
-    Snakemake's own parser, only where argv names --report (the jobs' and the API's never do)."""
-    if not any(a == "--report" or a.startswith(("--report=", "--reporter")) for a in argv[1:]):
-        return None
-    from snakemake.cli import get_argument_parser
-
-    try:
-        args, _ = get_argument_parser().parse_known_args(argv[1:])
-    except SystemExit:  # argv is not a snakemake command line after all
-        return None
-    wanted = (args.report or args.reporter) and not args.report_after_run
-    return args if wanted and not args.targets else None  # named targets: Snakemake's to judge
-
-
-def check_report_has_a_run():
-    """`snakemake --report` before the run it reports stops with one line naming the command to run
-    first (Snakemake's own message, "File ... marked for report but does not exist", says neither)."""
-    args = report_call(sys.argv)
-    missing = [path for path in final_targets() if not Path(path).exists()] if args else []
-    if missing:
-        command = ["snakemake", *(["--snakefile", args.snakefile] if args.snakefile else []),
-                   *(["--directory", args.directory] if args.directory else []),
-                   *(["--configfile", *map(str, args.configfile)] if args.configfile else []),
-                   *(["--config", *args.config] if args.config else [])]
-        what = f"{missing[0]} and {len(missing) - 1} more of the run's outputs do" if len(missing) > 1 else \
-            f"{missing[0]}, an output of the run, does"
-        sys.exit(f"Nothing to report yet: {what} not exist; run `{shlex.join(map(str, command))}` first, then "
-                 "the report")
-
-
-check_report_has_a_run()
-
 # ---- Per-rule arguments and resources (fedsim.jobs), bound to this config
 
 (synthetic_args, leaf_args, json_args, json_inputs, arrays_args, dirichlet_args, raw_file, fetch_inputs, fetch_args,
@@ -258,13 +225,11 @@ check_report_has_a_run()
         "train_mem_mb", "method_options_text"))
 
 
-def leaf_raw_inputs(dataset):
-    """The raw files a LEAF dataset is built from: its sources under raw_dir, or FEMNIST's
-    LEAF JSON files or folders (`json`; FEMNIST-62's: LEAF data folders)."""
-    entry = dataset_cfg(dataset)
-    if entry["kind"] in ("femnist", "femnist62") and "json" in entry:
-        return as_list(entry["json"])
-    return [raw_path(source) for source in dataset_sources(dataset)]
+def raw_inputs(dataset):
+    """The files a dataset is built from, as its kind declares them (fedsim.kinds.raw_inputs): its
+    entry's own files (FEMNIST's LEAF JSON, an .npz) or its raw sources under raw_dir."""
+    sources, files = kinds.raw_inputs(config, dataset)
+    return [raw_path(source) for source in sources] + files
 
 
 def pool_path(dataset):
@@ -272,17 +237,8 @@ def pool_path(dataset):
     return dataset_path(dataset_cfg(dataset)["pool"])
 
 
-def built_pool_samples(name):
-    """A built dataset file's samples (train and test), read from its offsets; None before it is built."""
-    try:
-        sizes = cost.file_sizes(dataset_path(name))
-    except (OSError, KeyError, ValueError):  # not built yet (or unreadable: its build says so)
-        return None
-    return int(sizes.train.sum() + sizes.test.sum())
-
-
 try:  # a partition its built pool cannot hold: one line now, not a failed job later
-    check_partition_pools(config, built_pool_samples)
+    check_partition_pools(config, lambda name: built_samples(dataset_path(name)))
 except ConfigError as err:
     sys.exit(str(err))
 
@@ -321,57 +277,6 @@ def infos_of(runs):
 
 def metrics_of(runs):
     return lambda wildcards: metrics_paths(runs(wildcards))
-
-
-# ---- The cost estimate (fedsim.cost): printed at start, and what each training job asks for
-
-COST_CONSTANTS, COST_SOURCE = cost.load_constants(results("benchmarks", cost.CALIBRATION_FILE))
-MAX_RUNTIME = config["simulator"]["max_runtime"]  # minutes, the site's; None: no cap
-
-
-@cache
-def dataset_sizes(dataset):
-    """An LSTM dataset's device sizes: its built file's, else the paper's Table 1 (fedsim.cost)."""
-    return cost.dataset_sizes(config, dataset, dataset_path(dataset))
-
-
-def print_cost_estimate():
-    """The LSTM datasets' estimated cost (fedsim.cost), on stderr before any job (`snakemake -n`
-    too): one line per dataset, a WARNING where a run would take days on a CPU. Nothing without
-    LSTM datasets; nothing in the jobs' own processes (cluster jobs re-read the Snakefile)."""
-    if not workflow.is_main_process:
-        return
-    for line in cost.report_lines(cost.plan_costs(config, PLAN, dataset_path, COST_CONSTANTS), COST_SOURCE):
-        print(line, file=sys.stderr)
-
-
-def train_runtime(dataset, method, K, E, T, theory):
-    """A training job's minutes: its run's estimate with a margin, or max_runtime where lower."""
-    seconds = cost.train_seconds(config, dataset, method=method, k=int(K), epochs=int(E), rounds=tag_rounds(dataset, T),
-                                 theory=bool(theory), sizes_of=dataset_sizes, constants=COST_CONSTANTS)
-    return cost.job_minutes(seconds, MAX_RUNTIME)
-
-
-try:  # a CPU round longer than a capped job: one line, before any job
-    cost.check_max_runtime(config, PLAN, dataset_sizes, COST_CONSTANTS)
-except ConfigError as err:
-    sys.exit(str(err))
-print_cost_estimate()
-# Under max_runtime, the train rule's retries: those that take the longest run through its jobs, and
-# spares; without a cap (None), the profile's `retries` (the rule's own count replaces it).
-TRAIN_RETRIES = cost.train_retries(config, PLAN, dataset_sizes, COST_CONSTANTS)
-# A capped job checkpoints often enough to save before its cut; execution only (no bit changes),
-# so resources, not params: changing them reruns nothing.
-TRAIN_CHECKPOINT_EVERY, TRAIN_CHECKPOINT_SECONDS = cost.job_checkpoints(MAX_RUNTIME)
-# Jobs call fedsim through its warm launcher (fedsim.warm: one process imports torch once and
-# forks a child per job); FEDSIM_WARM=0, inherited by the jobs, makes every job a fresh process.
-# Not a param: it changes no result, so switching it reruns nothing.
-_warm_start = config["simulator"]["warm_start"] and os.environ.get("FEDSIM_WARM") != "0"  # either may say no
-os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
-# The jobs' progress lines and the cost estimate they compare their pace with (fedsim.progress):
-# output only, so environment, not params (changing them reruns nothing).
-os.environ.update({PROGRESS_ENV: str(config["simulator"]["progress_seconds"]),
-                   cost.CALIBRATION_ENV: results("benchmarks", cost.CALIBRATION_FILE)})
 
 
 wildcard_constraints:

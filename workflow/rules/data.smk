@@ -55,7 +55,7 @@ rule import_json:
 rule import_arrays:
     """Import a user's .npz of arrays (x, y; optional device, test): a dataset, or a pool to partition."""
     input:
-        npz=lookup(dpath="datasets/{dataset}/npz", within=config),
+        npz=lambda wildcards: raw_inputs(wildcards.dataset),
         code=code_fingerprint("arrays"),
     output:
         dataset_path(),

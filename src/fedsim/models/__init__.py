@@ -25,10 +25,11 @@ and implements, on an instance,
                                                (its `layout` cuts params into them); params and
                                                inputs may share leading device dims: (..., P) and
                                                (..., B, ...). (MCLR, one matrix, gives `logits`.)
-    losses(logits, y), hits(logits, y)         per sample: the loss, and whether it is right
 
-The rest has defaults here that a model may replace with a faster form of the same numbers:
-the mean loss of a batch, the chunked loss and accuracy of a split (`stats`), every device's
+`losses(logits, y)` and `hits(logits, y)`, per sample the loss and whether it is right, default to
+cross-entropy over one logit per class and the largest logit's class; a model of another loss
+replaces both (Sent140's one logit: binary cross-entropy). The rest has defaults here that a model
+may replace with a faster form of the same numbers: the mean loss of a batch, the chunked loss and accuracy of a split (`stats`), every device's
 gradient in one stacked backward (`stacked_grads`), and each device's full local gradient
 (`device_grads`). The engines, the metrics and the round loop ask only for these: what a model
 is never decides a route, its declarations do.
@@ -45,6 +46,7 @@ import pkgutil
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from ..specs import FILE_KINDS, ModelSpec
 
@@ -97,10 +99,12 @@ class Model:
         return self.forward(self.layout.views(params), x)
 
     def losses(self, logits, y) -> torch.Tensor:
-        raise NotImplementedError
+        """Per sample: cross-entropy of one logit per class (a model of another loss replaces it)."""
+        return F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
 
     def hits(self, logits, y) -> torch.Tensor:
-        raise NotImplementedError
+        """Per sample: whether the largest logit is the label's."""
+        return logits.argmax(-1) == y
 
     def from_tensors(self, tensors: dict, dtype=torch.float32, source="tensors") -> torch.Tensor:
         """Parameters from named arrays (an initial model file, fedsim.authors)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
 from ._lstm import Layout, LSTMModel, dense, lookup, lstm_last, lstm_layer_shapes
 from ..specs import ModelSpec
@@ -28,12 +27,6 @@ class CharLSTM(LSTMModel):
 
     def forward(self, p, x) -> torch.Tensor:
         return dense(p, "out", lstm_last(p, lookup(p["embed"], x), self.layers))
-
-    def losses(self, logits, y) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
-
-    def hits(self, logits, y) -> torch.Tensor:
-        return logits.argmax(-1) == y
 
 
 MODEL = CharLSTM

@@ -152,12 +152,6 @@ class CNN(Model):
             h = torch.relu(torch.baddbmm(p[f"dense{i}.bias"].unsqueeze(1), h, p[f"dense{i}.kernel"]))
         return torch.baddbmm(p["out.bias"].unsqueeze(1), h, p["out.kernel"])
 
-    def losses(self, logits, y) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
-
-    def hits(self, logits, y) -> torch.Tensor:
-        return logits.argmax(-1) == y
-
     def as_module(self, params: torch.Tensor) -> nn.Sequential:
         """The same network as torch.nn layers holding a copy of params: what a user would write by hand
         (tests/test_cnn.py checks one against the other; benchmarks/cnn_round.py times both)."""

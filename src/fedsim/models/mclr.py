@@ -87,12 +87,6 @@ class MCLR(Model):
         """Mean cross-entropy of a batch (x already prepared)."""
         return F.cross_entropy(self.logits(params, x), y)
 
-    def losses(self, logits, y) -> torch.Tensor:
-        return F.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none").view(y.shape)
-
-    def hits(self, logits, y) -> torch.Tensor:
-        return logits.argmax(-1) == y
-
     def stats(self, params, x, y) -> tuple[float, float]:
         """Mean loss and accuracy over all rows, from one product."""
         logits, n = self.logits(params, x), max(len(y), 1)
