@@ -166,8 +166,23 @@ def test_generate_synthetics_keywords_are_the_commands_options():
     args = vars(cli.build_parser().parse_args(["generate-synthetic", "--name", "s", "--out", "s.h5"]))
     defaults = {name: value for name, value in args.items() if name not in ("command", "func", "name", "out")}
     ours = {name: p.default for name, p in inspect.signature(api.generate_synthetic).parameters.items()
-            if name not in ("out", "name")}
+            if name not in ("out", "name", "overwrite")}  # overwrite: Python's own (the command's file is Snakemake's)
     assert ours == defaults
+
+
+def test_generate_synthetic_keeps_a_file_of_other_data(tmp_path):
+    """The same call again returns the file as it is; one asking for other data is refused in one line
+    naming what differs, the file untouched; overwrite=True replaces it."""
+    path = fedsim.generate_synthetic(tmp_path / "s.h5", alpha=0.5, beta=0.5)
+    before = (tmp_path / "s.h5").read_bytes()
+    assert fedsim.generate_synthetic(tmp_path / "s.h5", alpha=0.5, beta=0.5) == path
+    with pytest.raises(ValueError) as refused:
+        fedsim.generate_synthetic(tmp_path / "s.h5", alpha=1, beta=1)
+    assert str(refused.value) == (f"bad out={path!r}: it exists and holds alpha 0.5 (not 1.0), beta 0.5 (not 1.0); "
+                                  "name another file, remove it or pass overwrite=True")
+    assert (tmp_path / "s.h5").read_bytes() == before
+    fedsim.generate_synthetic(tmp_path / "s.h5", alpha=1, beta=1, overwrite=True)
+    assert (tmp_path / "s.h5").read_bytes() != before
 
 
 def readme_block(heading: str, language: str) -> str:

@@ -118,7 +118,7 @@ def test_raw_sources_are_downloads():
     assert list(load_schema(SCHEMA_FILE)["properties"]["sources"]["properties"]) == list(sources)
     [named] = [a for a in command("fetch")._actions if a.dest == "source"]
     assert all(name in named.help for name in sources)
-    kinds = raw_schema()["properties"]["datasets"]["additionalProperties"]["properties"]["kind"]["enum"]
+    kinds = load_schema(SCHEMA_FILE)["properties"]["datasets"]["additionalProperties"]["properties"]["kind"]["enum"]
     needed = {s for kind in kinds for s in experiments.dataset_sources({"datasets": {"d": {"kind": kind}}}, "d")}
     assert needed == set(sources)
 

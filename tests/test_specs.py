@@ -69,3 +69,4 @@ def test_a_model_file_without_a_declaration_is_named(tmp_path):
     (tmp_path / "mine.py").write_text("import torch\n")
     with pytest.raises(ValueError, match=r"mine.py: a model file declares its SPEC = ModelSpec\(...\)"):
         model_specs(tmp_path)
+

@@ -153,6 +153,25 @@ def test_a_second_signal_drops_the_round_and_keeps_the_last_checkpoint(data, ref
     assert metrics_bytes(config(data), tmp_path, Checkpoint(tmp_path / "ckpt.pt")) == reference
 
 
+def test_a_second_signal_at_the_boundary_lets_the_checkpoint_be_written(data, reference, tmp_path, monkeypatch):
+    """A batch system's SIGTERM reaches every process of the job, and a wrapper sends its own on: the
+    second may come while the run saves its state at the boundary the first stopped it at. That save is
+    all a second signal could drop, so it goes on, and the rerun resumes from it."""
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1000, seconds=0)
+    save = checkpoint.save
+
+    def save_after_another_signal(*args):
+        os.kill(os.getpid(), signal.SIGTERM)
+        save(*args)
+
+    monkeypatch.setattr(checkpoint, "save", save_after_another_signal)
+    with StopSignals(graceful=True) as stop, pytest.raises(Stopped) as stopped:
+        run(config(data), on_round=signal_at(5, signal.SIGTERM), checkpoint=checkpoint, stop=stop)
+    assert (stopped.value.round, stopped.value.dropped) == (6, False)
+    assert torch.load(checkpoint.path, weights_only=True)["round"] == 6
+    assert metrics_bytes(config(data), tmp_path, Checkpoint(tmp_path / "ckpt.pt")) == reference
+
+
 def test_a_run_waits_at_its_round_boundary_while_the_hold_file_exists(data, reference, tmp_path, monkeypatch):
     """FEDSIM_HOLD_FILE: after its first round the run polls the file and goes on once it is gone, the
     same run as one never held. Its waits are counted, not timed: the third removes the file."""

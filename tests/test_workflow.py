@@ -659,6 +659,7 @@ def test_ctrl_c_leaves_one_line_in_the_job_log_and_the_rerun_resumes(tmp_path):
     code, out = snakemake(workdir, "--cores", "1")
     assert code == 0, out
     assert f"resumed from its checkpoint at round {stopped[1]}" in log.read_text()
+    assert not (workdir / "results" / "checkpoints").exists()  # no empty folders left behind
 
 
 def test_a_results_dir_that_cannot_be_written_is_one_line(tmp_path):

@@ -102,21 +102,52 @@ def _path(what: str, value) -> str:
     return os.fspath(value)
 
 
+def _synthetic_settings(path) -> dict | None:
+    """The generator settings and name of a synthetic dataset file, or None where it is none."""
+    from .data import FederatedDataset
+
+    try:
+        with FederatedDataset(path) as dataset:
+            provenance = dict(dataset.attrs["provenance"])
+            name = dataset.name
+    except Exception:  # not a dataset file at all: "another file"
+        return None
+    if provenance.get("generator") != "fedsim.synthetic":
+        return None
+    keys = ("iid", "alpha", "beta", "num_devices", "num_features", "num_classes", "train_fraction", "seed")
+    return {**{k: provenance.get(k) for k in keys}, "name": name}
+
+
 def generate_synthetic(out, *, alpha=0.0, beta=0.0, iid: bool = False, name: str | None = None,
                        devices: int = SYNTHETIC["devices"], features: int = SYNTHETIC["features"],
                        classes: int = SYNTHETIC["classes"], train_fraction: float = SYNTHETIC["train_fraction"],
-                       seed: int = SYNTHETIC["seed"]) -> str:
+                       seed: int = SYNTHETIC["seed"], overwrite: bool = False) -> str:
     """Write Synthetic(alpha, beta) of the FedProx paper to `out` (fedsim's HDF5 dataset format) and
     return its path, for run(). The defaults are the paper's (30 devices, 60 features, 10 classes);
     `name` (the dataset's, in every run's record) defaults to the file's stem. The same data as
-    `python -m fedsim generate-synthetic` with the same options (docs/data-format.md)."""
+    `python -m fedsim generate-synthetic` with the same options (docs/data-format.md).
+
+    Where `out` exists it is kept: returned as it is where it holds this very dataset (the same
+    generator settings and name), refused in one line otherwise, unless `overwrite`."""
     given = dict(alpha=alpha, beta=beta, devices=devices, features=features, classes=classes,
                  train_fraction=train_fraction, seed=seed)
     checked = {key: _number(key, value, GENERATOR[key]) for key, value in given.items()}
     if not isinstance(iid, bool):
         raise ValueError(f"bad iid={iid!r}: expected True or False")
     out = _path("out", out)
-    write_synthetic(out, name=Path(out).stem if name is None else str(name), iid=iid, alpha=checked["alpha"],
+    name = Path(out).stem if name is None else str(name)
+    if os.path.exists(out) and not overwrite:
+        held = _synthetic_settings(out)
+        wanted = dict(iid=iid, alpha=checked["alpha"], beta=checked["beta"], num_devices=checked["devices"],
+                      num_features=checked["features"], num_classes=checked["classes"],
+                      train_fraction=checked["train_fraction"], seed=checked["seed"], name=name)
+        if held == wanted:
+            return out
+        differs = "another file" if held is None else ", ".join(
+            f"{k} {held[k]} (not {wanted[k]})" for k in wanted if held.get(k) != wanted[k])
+        raise ValueError(f"bad out={out!r}: it exists and holds {differs}; name another file, remove it or "
+                         "pass overwrite=True")
+    write_synthetic(out, name=name, iid=iid, alpha=checked["alpha"],
                     beta=checked["beta"], num_devices=checked["devices"], num_features=checked["features"],
                     num_classes=checked["classes"], train_fraction=checked["train_fraction"], seed=checked["seed"])
     return out

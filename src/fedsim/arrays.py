@@ -58,7 +58,7 @@ def describe(path) -> dict:
         if key not in arrays:
             raise ValueError(f"{path}: no `{key}` array (x: n x d features or n x C x H x W images; y: n integer "
                              "labels)")
-    (shape, x_dtype), (y_shape, y_dtype) = arrays["x"], arrays["y"]
+    shape, x_dtype = arrays["x"]
     if len(shape) not in (2, 4) or 0 in shape:
         raise ValueError(f"{path}: `x` has shape {shape}: expected n x d features or n x C x H x W images")
     if x_dtype.kind not in "biuf":

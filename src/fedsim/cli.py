@@ -234,6 +234,18 @@ def _import_arrays(args) -> None:
               f"{int(dataset.train_sizes.sum())} train / {int(dataset.test_sizes.sum())} test rows")
 
 
+def _build_dataset(args) -> None:
+    import json
+
+    from .kinds import KINDS
+
+    entry = json.loads(args.entry)
+    kind = KINDS.get(entry.get("kind"))
+    if kind is None or kind.build is None:
+        raise ValueError(f"kind {entry.get('kind')!r}: not a kind declared with a build (fedsim.kinds)")
+    print(f"{args.name}: {kind.build(entry, args.files, args.out, args.name)}")
+
+
 def _prepare_sent140(args) -> None:
     from .leaf.niid import kept_line
     from .leaf.sent140 import build_sent140
@@ -506,6 +518,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", default="arrays")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_import_arrays)
+
+    p = sub.add_parser("build-dataset", help="a dataset of a kind declared in a file of its own (a plugin's "
+                                             "kinds/: fedsim.kinds), by its build")
+    p.add_argument("--entry", required=True, help="the dataset's config entry as JSON: its kind and the kind's keys")
+    p.add_argument("--files", nargs="*", default=[], help="the entry's own files (the kind's `own_files`)")
+    p.add_argument("--name", required=True)
+    p.add_argument("--out", required=True)
+    p.set_defaults(func=_build_dataset)
 
     p = sub.add_parser("import-json", help="LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5")
     p.add_argument("--train", required=True, nargs="+", help="train JSON files or folders (.json, .json.gz)")

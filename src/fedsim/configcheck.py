@@ -52,7 +52,7 @@ def schema_at(schema: dict, path) -> dict:
 
 def load_schema(path) -> dict:
     """The config schema, with what fedsim declares filled in: the method list from its registry
-    (methods and variants), the run settings' allowed values and defaults from RunConfig
+    (methods and variants), the dataset kinds (fedsim.kinds, a plugin's keys with them), the run settings' allowed values and defaults from RunConfig
     (RUN_SETTINGS), the synthetic generator's defaults (fedsim.synthetic.DEFAULTS), the tuning
     criterion's tail fraction (fedsim.settings.TAIL_FRACTION) and the raw sources' names
     (fedsim.download.SOURCES)."""
@@ -71,9 +71,27 @@ def load_schema(path) -> dict:
         schema["properties"]["synthetic"]["properties"][key]["default"] = default
     for key, default in PARTITION_DEFAULTS.items():
         _kind_properties(schema, "dirichlet")[key]["default"] = default
+    _add_declared_kinds(schema)
     schema["properties"]["tuning"]["properties"]["fraction"]["default"] = TAIL_FRACTION
     schema["properties"]["sources"]["properties"] = {name: {"$ref": "#/definitions/source"} for name in SOURCES}
     return schema
+
+
+def _add_declared_kinds(schema: dict) -> None:
+    """The dataset kinds of fedsim.kinds as the schema's `kind` values; a kind declared in a file of its
+    own adds its keys (their defaults and its required keys in a block of its own)."""
+    entry = schema["properties"]["datasets"]["additionalProperties"]
+    entry["properties"]["kind"]["enum"] = list(KINDS)
+    for name, kind in KINDS.items():
+        if kind.build is None:  # fedsim's own: the schema file states its keys
+            continue
+        for key, rule in kind.keys.items():
+            plain = {k: v for k, v in rule.items() if k != "default"}
+            if entry["properties"].setdefault(key, plain) != plain:
+                raise ValueError(f"kind {name}: its key {key!r} is another kind's, of another type")
+        defaults = {key: {"default": rule["default"]} for key, rule in kind.keys.items() if "default" in rule}
+        entry["allOf"].append({"if": {"properties": {"kind": {"const": name}}},
+                               "then": {"required": list(kind.required), "properties": defaults}})
 
 
 def _kind_properties(schema: dict, kind: str) -> dict:

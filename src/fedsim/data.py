@@ -407,9 +407,9 @@ def _read_blocks(dset, blocks, out):
 # -----------------------------------------------------------------------------
 # reading checksummed chunks without HDF5's per-read cost
 #
-# Every h5py read costs ~0.3 ms before it moves a byte, and one read of many row ranges (a
-# hyperslab union) costs time that grows with ranges x chunks: a round's 1,000 devices of 10,000
-# took ~2 s either way for ~90 MB of rows (docs/data-format.md). Here each chunk that holds some of
+# Every h5py read has a fixed cost before it moves a byte, and one read of many row ranges (a
+# hyperslab union) costs time that grows with ranges x chunks, so a round of many devices read
+# through h5py waits either way (the figures: docs/data-format.md, docs/performance.md). Here each chunk that holds some of
 # the rows asked for is fetched once as stored (its bytes at the address HDF5's chunk index gives,
 # with one pread; or, without that index, H5Dread_chunk), its Fletcher-32 checksum is checked as
 # HDF5's filter checks it (H5Z_filter_fletcher32), a batch of chunks in one compiled loop, and the
@@ -566,7 +566,7 @@ def fletcher32_mismatches(chunks: np.ndarray, nbytes: int) -> np.ndarray:
 
 class _ChunkSource:
     """Where a checksummed dataset's chunks lie: the file addresses of those stored whole with their
-    checksum (HDF5's chunk index, read once: ~4 us a chunk), read with pread on the file HDF5 holds
+    checksum (HDF5's chunk index, read once), read with pread on the file HDF5 holds
     open; without that index (another file driver, an older HDF5), H5Dread_chunk per chunk."""
 
     def __init__(self, dset):

@@ -81,6 +81,17 @@ def arrays_args(cfg, dataset) -> str:
     return f"--train-fraction {entry['train_fraction']} --seed {entry['seed']}"
 
 
+# A dataset entry's keys that say how its runs train, not what the dataset holds
+TRAINING_KEYS = ("lr", "batch_size", "rounds", "fedprox_mu", "eval_devices", "eval_every", "load", "model")
+
+
+def declared_entry(cfg, dataset) -> str:
+    """`fedsim build-dataset`'s --entry for a kind declared in a file of its own: the entry but its
+    TRAINING_KEYS, as JSON (its lr, say, changes no dataset: no rebuild)."""
+    entry = cfg["datasets"][dataset]
+    return json.dumps({k: v for k, v in entry.items() if k not in TRAINING_KEYS}, sort_keys=True)
+
+
 def _expect_devices(entry) -> list[str]:
     return [f"--expect-devices {entry['devices']}"] if "devices" in entry else []
 

@@ -18,10 +18,9 @@ are held transposed (a class a row, features in the vector lanes); the batch's l
 computed four samples by two classes at a time in registers; the softmax runs with the samples
 in the lanes (no horizontal reductions, exp as a vector polynomial); each class's gradient is
 summed in eight vector registers and applied at once (no gradient array to zero and re-read).
-Measured on the way (one Zen 3 core, Synthetic (1,1), K = 10, E = 20, B = 10): the scalar
-loops this replaces ran at 8.5 % of the peak; explicit vectors with a horizontal sum a logit
-and the softmax a sample at a time, 12 %; array views in the inner loops cost reference
-counts; the softmax a sample at a time was latency-bound (max, exp, sum, divide in a chain).
+Why each: scalar loops leave the lanes idle; array views in the inner loops cost reference
+counts; a softmax a sample at a time is latency-bound (max, exp, sum, divide in a chain). What
+each lever gained: docs/performance.md, "The kernel against the FMA peak".
 
 Compiled code is cached beside this file (numba's `cache=True`; NUMBA_CACHE_DIR moves it), so
 only the first job after an install or an edit compiles (a few seconds).
@@ -390,7 +389,7 @@ def _device_stats(x, y, starts, stops, v, w, lanes, classes, loss, correct, grad
 def _evaluation(x, y, offsets, test_x, test_y, test_offsets, w, out):  # pragma: no cover (compiled)
     # out <- fedsim.metrics' six numbers at weights w (features, classes): both splits' per-device stats
     # (_device_stats), summed over devices and divided by the rows held; then the dissimilarities of
-    # the devices' gradients. V, as _transposed makes it, built here: in numpy it cost 4 us of some 280.
+    # the devices' gradients. V, as _transposed makes it, built here: one numpy call fewer after the round.
     features, classes = w.shape
     v = np.zeros((classes + classes % 2, x.shape[1]), dtype=w.dtype)
     for c in range(classes):
@@ -453,8 +452,8 @@ def evaluation(x: np.ndarray, y: np.ndarray, offsets: np.ndarray, test_x: np.nda
                test_offsets: np.ndarray, w: np.ndarray) -> list[float]:
     """fedsim.metrics.COLUMNS at weights w (features + 1, classes), in that order, in one call: the
     devices owning rows offsets[j]:offsets[j + 1] of x (as `padded` gives it, its last row the
-    sentinel), and of test_x. (One call, not numpy over summed_grads: after a round of local SGD each of
-    some forty small numpy calls cost about 10 us, most of the metrics' time.)"""
+    sentinel), and of test_x. (One call, not numpy over summed_grads: after a round of local SGD, with the
+    caches full of its data, some forty small numpy calls took most of the metrics' time.)"""
     if test_x.shape[1] != x.shape[1]:  # the compiled call reads both with the same padded weights
         raise ValueError(f"the splits' padded widths differ: {x.shape[1]} and {test_x.shape[1]}")
     if w.shape[0] > x.shape[1]:  # the compiled call writes W^T into rows of that width, unchecked

@@ -10,10 +10,13 @@ planning imports this module: editing it (a cost figure, say) reruns no run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import importlib.util
+import sys
+from dataclasses import dataclass, field
+from typing import Callable
 
 from .arrays import describe
-from .specs import FILE_KINDS, TOKEN_SAMPLES, model_spec
+from .specs import FILE_KINDS, TOKEN_SAMPLES, model_spec, plugin_dirs
 
 
 @dataclass(frozen=True)
@@ -29,6 +32,14 @@ class Kind:
     own_files: str | None = None   # the entry's key naming files of its own to build from instead
     # an MCLR run's seconds per selected device and local epoch, evaluation included (fedsim.cost)
     mclr_device_epoch_s: float = 0.001
+    # A kind declared in a file of its own (a plugin's kinds/<name>.py): its entry's keys, as JSON
+    # schema properties (a `default` fills an entry that leaves the key out; `required`: a list of
+    # keys), and its builder, build(entry, files, out, name) -> one line for the log, which writes
+    # the dataset file (fedsim.data.write_dataset); `files`: its entry's `own_files`. The workflow's
+    # build_dataset rule runs it (`fedsim build-dataset`). fedsim's own kinds have rules of their own.
+    keys: dict = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+    build: Callable | None = None
 
     @property
     def samples(self) -> str | None:
@@ -49,6 +60,32 @@ KINDS = {kind.name: kind for kind in (
     Kind("dirichlet", None, poolable=False, built=True),
     Kind("arrays", None, own_files="npz"),   # a user's .npz: features or images, as its `x` says (fedsim.arrays)
 )}
+
+
+def _plugin_kinds() -> dict[str, Kind]:
+    """The KIND of each file of the plugins' kinds/ folders (fedsim.specs.plugin_dirs), by name: a
+    file's name is its kind's."""
+    found = {}
+    for folder in plugin_dirs("kinds"):
+        for path in sorted(folder.glob("*.py")):
+            if path.name.startswith("_"):
+                continue
+            spec = importlib.util.spec_from_file_location(f"fedsim_plugin_kinds.{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            kind = getattr(module, "KIND", None)
+            if not isinstance(kind, Kind) or kind.name != path.stem:
+                raise ImportError(f"{path}: a kind file declares KIND = Kind({path.stem!r}, ...) (fedsim.kinds)")
+            if kind.name in KINDS or kind.name in found:
+                raise ImportError(f"{path}: the kind {kind.name} is declared already")
+            if kind.build is None:
+                raise ImportError(f"{path}: kind {kind.name} declares no build(entry, files, out, name)")
+            found[kind.name] = kind
+    return found
+
+
+KINDS.update(_plugin_kinds())
 BUILT_KINDS = tuple(name for name, kind in KINDS.items() if kind.built)
 # the kinds whose samples are token ids, which only their own model reads
 TOKEN_KINDS = tuple(name for name, kind in KINDS.items() if kind.samples in TOKEN_SAMPLES)

@@ -15,13 +15,15 @@ attribute (fedsim.data) says which its samples are, and which model it trains by
 from __future__ import annotations
 
 import ast
-import dataclasses
+import os
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 FEATURES, IMAGE = "features", "image"
 MODELS_DIR = Path(__file__).with_name("models")
+# Folders of a user's own models (<folder>/models/*.py) and data kinds (<folder>/kinds/*.py)
+PLUGINS_ENV = "FEDSIM_PLUGINS"
 # A dataset file's kind: (what one sample is, the paper's model for it). A JSON import's file takes
 # the kind of what it holds, a Dirichlet partition its pool's.
 FILE_KINDS = {
@@ -82,19 +84,38 @@ def _read_spec(path: Path) -> ModelSpec | None:
     return None
 
 
+def plugin_dirs(part: str) -> list[Path]:
+    """The `part` folder (models, kinds) of each folder FEDSIM_PLUGINS names (os.pathsep-separated),
+    where it has one: a user's own models and data kinds, found beside fedsim's."""
+    folders = (Path(d) / part for d in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if d)
+    return [folder for folder in folders if folder.is_dir()]
+
+
+def model_files(folders=None) -> list[Path]:
+    """Every model module of `folders` (default: fedsim.models', then the plugins'); `_` modules hold
+    shared parts."""
+    folders = folders if folders is not None else [MODELS_DIR, *plugin_dirs("models")]
+    return [path for folder in folders for path in sorted(Path(folder).glob("*.py")) if not path.name.startswith("_")]
+
+
+def model_specs(folder: Path | None = None) -> dict[str, ModelSpec]:
+    """Every model's declaration, by name: a module each, of `folder` (default: fedsim.models and the
+    plugins' models/)."""
+    return _specs(tuple(model_files(None if folder is None else [folder])))
+
+
 @cache
-def model_specs(folder: Path = MODELS_DIR) -> dict[str, ModelSpec]:
-    """Every model's declaration, by name: a module of `folder` each (`_` modules hold shared parts)."""
-    found = {}
-    for path in sorted(folder.glob("*.py")):
-        if path.name.startswith("_"):
-            continue
+def _specs(paths: tuple[Path, ...]) -> dict[str, ModelSpec]:
+    found, where = {}, {}
+    for path in paths:
         spec = _read_spec(path)
         if spec is None:
             raise ValueError(f"{path}: a model file declares its SPEC = ModelSpec(...) (fedsim.specs)")
         if spec.name != path.stem:
             raise ValueError(f"{path} declares a model named {spec.name!r}: name it {path.stem!r}")
-        found[spec.name] = spec
+        if spec.name in found:
+            raise ValueError(f"{path}: the model {spec.name} is declared already, by {where[spec.name]}")
+        found[spec.name], where[spec.name] = spec, path
     return found
 
 
@@ -105,7 +126,5 @@ def model_spec(name: str) -> ModelSpec:
     return specs[name]
 
 
-def spec_fields() -> tuple[str, ...]:
-    return tuple(f.name for f in dataclasses.fields(ModelSpec))
 
 

@@ -65,12 +65,15 @@ class Stopped(BaseException):
 class StopSignals:
     """While entered, STOP_SIGNALS stop the command: the first raises Stopped at once, or, `graceful`,
     is only kept in `signal` for the round loop to read at its next boundary; then a second raises
-    Stopped at once. The handlers before are restored on exit. A signal the process was started
+    Stopped at once, unless the loop has reached that boundary (`finishing`: saving its state). The handlers before are restored on exit. A signal the process was started
     ignoring stays ignored; outside the main thread, where Python installs no handlers, it changes
     nothing."""
 
     def __init__(self, graceful: bool = False):
         self.graceful, self.signal, self._before = graceful, None, {}
+        # the run has reached its round boundary to stop there: a second signal (a batch system's
+        # SIGTERM sent to the job's every process, then forwarded again) changes nothing now
+        self.finishing = False
 
     def __enter__(self) -> StopSignals:
         if threading.current_thread() is threading.main_thread():
@@ -85,8 +88,8 @@ class StopSignals:
         self._before.clear()
 
     def _handle(self, signum: int, frame) -> None:
-        if self.graceful and self.signal is None:
-            self.signal = signum
+        if self.graceful and (self.signal is None or self.finishing):
+            self.signal = self.signal or signum
             return
         raise Stopped(signum, dropped=self.graceful)
 

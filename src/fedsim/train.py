@@ -145,8 +145,8 @@ class InputBuffer:
 
     Rows [0, ready) have their bias 1, except the sentinel row (all zero); rows from `ready` on are
     zeros. Every page is written once here, so that the rounds that later reach a row pay no page
-    fault for it (on this project's virtual machine a fault cost as much as reading the row; paid
-    here, it falls in the round that creates the buffer).
+    fault for it (on a virtual machine a fault can cost as much as reading the row; paid here, it
+    falls in the round that creates the buffer).
     """
 
     def __init__(self, rows: int, features: int, dtype: np.dtype):
@@ -177,9 +177,9 @@ class InputPool:
     """The per-round input buffers, reused from round to round once no Clients refers to them.
 
     The training loop lets go of round t-1's Clients before it takes round t's; round t + 1's rows are
-    read ahead meanwhile, so two buffers serve every round, in turn (one, read round by round). A round's ~100 MB
-    of fresh memory costs page faults on this project's (virtual) machine, as much as the read
-    itself; reused memory costs none. The evaluation sample's buffers, which live for the whole
+    read ahead meanwhile, so two buffers serve every round, in turn (one, read round by round). A round's
+    fresh memory costs page faults, on a virtual machine as much as the read itself; reused memory
+    costs none. The evaluation sample's buffers, which live for the whole
     run, never come from here.
     """
 
@@ -434,8 +434,8 @@ def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, st
 
     def devices_of(t: int) -> tuple[np.ndarray, np.ndarray]:
         """Round t's (gradient devices, solvers), drawn DRAW_AHEAD rounds at a time (each a pure function
-        of the seed and round): one at a time, right after a round's compiled kernel had filled the
-        caches, the draws took 2.5 times as long (Synthetic (1,1), FedAvg, 200 rounds: 32 against 13 ms)."""
+        of the seed and round): drawn one at a time, right after a round's compiled kernel has filled the
+        caches with its data, the same draws run slower (docs/performance.md)."""
         if t not in drawn:
             drawn.clear()
             drawn.update({s: round_devices(config, method.gradients, s, data.sizes)
@@ -446,6 +446,8 @@ def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, st
         if t > start:
             hold_at_round_boundary(stop, t)
         stopping = stop is not None and stop.signal is not None  # a signal came: stop here, at a round boundary
+        if stopping:
+            stop.finishing = True  # the state saved below is all a second signal could still drop
         if checkpoint is not None and (checkpoint.due(t, start) or stopping and t > start):
             state["counts"] = torch.tensor(list(counts.values()), dtype=torch.int64)
             checkpoint.save(config, t, params, rows, state)
@@ -526,7 +528,7 @@ def round_weights(sizes: np.ndarray, solvers: np.ndarray, selection: str, dtype:
                   device: torch.device | str = "cpu"):
     """A round's ctx.weights: the solvers' weights made now, before local SGD, and any other devices'
     when asked. Made after the compiled kernel has filled the caches with its data, the same few numpy
-    and torch calls take several times longer (48 against 5 us, measured)."""
+    and torch calls run slower (docs/performance.md)."""
     made = server_weights(sizes, solvers, selection, dtype, device)
     return lambda devices: made if devices is solvers else server_weights(sizes, devices, selection, dtype, device)
 

@@ -217,12 +217,13 @@ def final_targets():
 
 # ---- Per-rule arguments and resources (fedsim.jobs), bound to this config
 
-(synthetic_args, leaf_args, json_args, json_inputs, arrays_args, dirichlet_args, raw_file, fetch_inputs, fetch_args,
- init_files, run_args, eval_args, train_device, train_gpus, train_mem_mb, method_options_text) = (
+(synthetic_args, leaf_args, json_args, json_inputs, arrays_args, dirichlet_args, declared_entry, raw_file,
+ fetch_inputs, fetch_args, init_files, run_args, eval_args, train_device, train_gpus, train_mem_mb,
+ method_options_text) = (
     partial(getattr(jobs, name), config) for name in (
-        "synthetic_args", "leaf_args", "json_args", "json_inputs", "arrays_args", "dirichlet_args", "raw_file",
-        "fetch_inputs", "fetch_args", "init_files", "run_args", "eval_args", "train_device", "train_gpus",
-        "train_mem_mb", "method_options_text"))
+        "synthetic_args", "leaf_args", "json_args", "json_inputs", "arrays_args", "dirichlet_args", "declared_entry",
+        "raw_file", "fetch_inputs", "fetch_args", "init_files", "run_args", "eval_args", "train_device",
+        "train_gpus", "train_mem_mb", "method_options_text"))
 
 
 def raw_inputs(dataset):

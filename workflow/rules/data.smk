@@ -103,3 +103,29 @@ rule partition_dirichlet:
     shell:
         "python -m fedsim.warm partition-dirichlet --name {wildcards.dataset} --pool {input.pool}"
         " {params.args} --out {output} > {log} 2>&1"
+
+
+rule build_dataset:
+    """A dataset of a kind declared in a file of its own (a plugin's kinds/: fedsim.kinds), by its build."""
+    input:
+        files=lambda wildcards: raw_inputs(wildcards.dataset),
+        code=code_fingerprint("kinds"),
+    output:
+        dataset_path(),
+    params:
+        entry=lambda wildcards: declared_entry(wildcards.dataset),
+    wildcard_constraints:
+        dataset=alternatives([name for name, entry in config["datasets"].items() if kinds.KINDS[entry["kind"]].build]),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=8192,
+        runtime=30,
+    log:
+        log_path("build_dataset", "{dataset}"),
+    benchmark:
+        benchmark_path("build_dataset", "{dataset}")
+    shell:
+        "python -m fedsim.warm build-dataset --name {wildcards.dataset} --entry {params.entry:q}"
+        " --files {input.files} --out {output} > {log} 2>&1"

@@ -1,9 +1,11 @@
 # What each training job asks the scheduler for, from the cost estimate (fedsim.cost), and the
 # estimate printed at start (included after common.smk, before train.smk, which reads these).
 
+import contextlib
 import os
 import sys
 from functools import cache
+from pathlib import Path
 
 # ---- The cost estimate (fedsim.cost): printed at start, and what each training job asks for
 
@@ -54,3 +56,18 @@ os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
 # output only, so environment, not params (changing them reruns nothing).
 os.environ.update({PROGRESS_ENV: str(config["simulator"]["progress_seconds"]),
                    cost.CALIBRATION_ENV: results("benchmarks", cost.CALIBRATION_FILE)})
+
+
+def remove_empty_checkpoint_folders():
+    """The folders a resumed run's checkpoint left under results/checkpoints/ once it removed the file
+    (the run's outputs complete), deepest first; a folder still holding a checkpoint stays."""
+    root = Path(results("checkpoints"))
+    for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
+        with contextlib.suppress(OSError):
+            folder.rmdir()
+    with contextlib.suppress(OSError):
+        root.rmdir()
+
+
+onsuccess:
+    remove_empty_checkpoint_folders()

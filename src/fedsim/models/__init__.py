@@ -41,14 +41,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import math
-import pkgutil
+import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..specs import FILE_KINDS, ModelSpec
+from ..specs import FILE_KINDS, MODELS_DIR, ModelSpec, model_files
 
 EVAL_FLOATS = 1 << 25   # activations per evaluation chunk (128 MiB in float32)
 GRAD_FLOATS = 1 << 22   # per gradient chunk: autograd keeps several such tensors per layer
@@ -193,15 +194,21 @@ def glorot_uniform(shape, generator: torch.Generator, fan_in: int, fan_out: int)
 
 
 def _discover() -> dict[str, type]:
-    """Every model module's MODEL, by name (a module's name is its model's)."""
+    """Every model module's MODEL, by name (a module's name is its model's): this package's, then
+    those of the plugins' models/ folders (fedsim.specs.plugin_dirs), which the same declarations
+    list (fedsim.specs.model_specs)."""
     found = {}
-    for info in pkgutil.iter_modules(__path__):
-        if info.name.startswith("_"):
-            continue  # a module of shared parts (_lstm.py)
-        model = importlib.import_module(f"{__name__}.{info.name}").MODEL
-        if model.name != info.name:
-            raise ImportError(f"fedsim/models/{info.name}.py declares a model named {model.name!r}: "
-                              f"name it {info.name!r}")
+    for path in model_files():
+        if path.parent == MODELS_DIR:
+            module = importlib.import_module(f"{__name__}.{path.stem}")
+        else:  # a user's own model file: imported from where it is
+            spec = importlib.util.spec_from_file_location(f"fedsim_plugin_models.{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+        model = module.MODEL
+        if model.name != path.stem:
+            raise ImportError(f"{path} declares a model named {model.name!r}: name it {path.stem!r}")
         found[model.name] = model
     return found
 

@@ -61,7 +61,7 @@ class _Recurrence(torch.autograd.Function):
 
     xw (G, B, T, 4H): input part + bias of every step's gates; w_h (G, H, 4H). Returns every
     step's h, (G, B, T, H). Plain autograd would write one (H, 4H) weight gradient per time step
-    and add them up (memory-bound: measured ~10x the matmuls); here the loop only carries the
+    and add them up (memory-bound: many times the matmuls' time); here the loop only carries the
     small per-step terms and W_h's gradient is ONE matmul over all steps at the end.
     """
 
