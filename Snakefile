@@ -12,10 +12,10 @@ include: "workflow/rules/checkout.smk"
 
 import os  # noqa: E402
 
-from fedsim import rescheduling  # noqa: E402
+from fedsim.planning import rescheduling  # noqa: E402
 
 min_version("8.20")
-# Snakemake starts one more scheduler timer per finished job; keep one (fedsim/rescheduling.py).
+# Snakemake starts one more scheduler timer per finished job; keep one (fedsim/planning/rescheduling.py).
 # FEDSIM_RESCHEDULING=0 leaves Snakemake's scheduler as it is (to measure what the patch saves).
 rescheduling.install(enabled=os.environ.get("FEDSIM_RESCHEDULING") != "0")
 

@@ -29,9 +29,9 @@ Shakespeare's character embedding is trained, so its gradient is needed). The ga
 nonlinearities and the cell's elementwise products (~14 H T flops a layer) are left out: a few
 per cent of the matmuls at H = 100, under 1 % at H = 256.
 
---estimate: also the cost model's figure for the same round (fedsim.cost: these device sizes, all
+--estimate: also the cost model's figure for the same round (fedsim.planning.cost: these device sizes, all
 K devices training, seconds per step and row from --calibration FILE, else a calibration measured
-here first, else with --defaults fedsim.cost.DEFAULTS) beside the measured batched round, and an
+here first, else with --defaults fedsim.planning.cost.DEFAULTS) beside the measured batched round, and an
 evaluation of the round's rows (model.stats + full gradients, as every round's metrics) beside its
 estimate: the ratios are the check that the printed estimate is within a factor of 2.
 """
@@ -49,7 +49,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedsim import calibration, cost  # noqa: E402
+from fedsim import calibration  # noqa: E402
+from fedsim.planning import cost  # noqa: E402
 from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop  # noqa: E402
 from fedsim.models.char_lstm import CharLSTM  # noqa: E402
 from fedsim.models.sent140_lstm import Sent140LSTM  # noqa: E402
@@ -146,7 +147,7 @@ def main(argv=None):
     parser.add_argument("--estimate", action="store_true", help="print the cost model's estimate beside the measure")
     parser.add_argument("--busy", action="store_true", help="CUDA: the GPU's busy share of a batched round")
     parser.add_argument("--calibration", help="a `fedsim cost --calibrate --out` JSON file (default: calibrate here)")
-    parser.add_argument("--defaults", action="store_true", help="use fedsim.cost.DEFAULTS instead of calibrating")
+    parser.add_argument("--defaults", action="store_true", help="use fedsim.planning.cost.DEFAULTS instead of calibrating")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else

@@ -1,10 +1,10 @@
 """`--config` values typed as a config file types them: Snakemake reads a nested value on its command
 line as text throughout ('20'), so `--config 'experiments={figure1: {rounds: 20}}'` was refused with
-"'20' is not of type 'integer'" (fedsim.configcheck.command_line_types)."""
+"'20' is not of type 'integer'" (fedsim.planning.configcheck.command_line_types)."""
 
 import yaml
 
-from fedsim.configcheck import command_line_types
+from fedsim.planning.configcheck import command_line_types
 
 
 def snakemake_reads(text):

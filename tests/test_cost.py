@@ -1,4 +1,4 @@
-"""The LSTM datasets' cost estimate (fedsim.cost): the model on hand-computable cases, the sizes it
+"""The LSTM datasets' cost estimate (fedsim.planning.cost): the model on hand-computable cases, the sizes it
 reads, and the lines the workflow prints (tests/test_leaf_workflow.py checks them in a real dry run).
 No timing here: benchmarks/lstm_round.py --estimate compares the estimate with a measured round."""
 
@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import yaml
 
-from fedsim import cost, experiments
-from fedsim.configcheck import check_config, load_schema
+from fedsim.planning import cost, experiments
+from fedsim.planning.configcheck import check_config, load_schema
 from fedsim.data import write_dataset
-from fedsim.kinds import KINDS
+from fedsim.planning.kinds import KINDS
 from fedsim.specs import model_spec
 
 REPO = Path(__file__).resolve().parents[1]
@@ -151,7 +151,7 @@ def test_constants_from_a_calibration_file(tmp_path):
 
 def test_the_calibrate_command_writes_what_fedsim_calibration_measures(tmp_path, monkeypatch):
     """`fedsim cost --calibrate` measures with fedsim.calibration (torch, the real models: not run
-    here), and fedsim.cost reads the file it writes."""
+    here), and fedsim.planning.cost reads the file it writes."""
     from fedsim import calibration, cli
 
     measured = {kind: {**consts, "step_s": 1.0} for kind, consts in cost.DEFAULTS.items()}
@@ -180,7 +180,7 @@ def test_durations_read_well():
 
 
 def test_a_runs_own_estimate_per_round_is_the_workflows_for_that_run(tmp_path):
-    """What a run's progress line compares its pace with (fedsim.progress): the same model, its own file."""
+    """What a run's progress line compares its pace with (fedsim.planning.progress): the same model, its own file."""
     from fedsim.settings import RunConfig
 
     path = two_device_file(tmp_path / "d.h5")

@@ -1,4 +1,4 @@
-"""The runs table and the config checks without Snakemake (fedsim.experiments, fedsim.configcheck):
+"""The runs table and the config checks without Snakemake (fedsim.planning.experiments, fedsim.planning.configcheck):
 the default config plans the default run's runs, and a mistake is one ConfigError naming its key."""
 
 import copy
@@ -9,9 +9,9 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from fedsim import experiments
-from fedsim.configcheck import check_config, load_schema
-from fedsim.experiments import ConfigError
+from fedsim.planning import experiments
+from fedsim.planning.configcheck import check_config, load_schema
+from fedsim.planning.experiments import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA = load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
@@ -135,7 +135,7 @@ def test_an_mclr_only_method_on_a_named_model_is_refused_at_the_dataset_entry():
 
 def test_an_mclr_only_method_left_out_of_an_lstm_dataset_is_named():
     """The paper's Figure 1 lists the authors' FedDANE on every dataset; its LSTM datasets' runs leave
-    it out, and the workflow says so in one line an experiment (fedsim.experiments.left_out)."""
+    it out, and the workflow says so in one line an experiment (fedsim.planning.experiments.left_out)."""
     cfg = config_with("paper.yaml")
     check_config(cfg, SCHEMA, REPO)
     plan = experiments.plan(cfg)

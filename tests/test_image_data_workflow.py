@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from fedsim import jobs
-from fedsim.configcheck import check_partition_pools
-from fedsim.experiments import ConfigError, dataset_sources
+from fedsim.planning import jobs
+from fedsim.planning.configcheck import check_partition_pools
+from fedsim.planning.experiments import ConfigError, dataset_sources
 
 from helpers.leaf_files import write_leaf_json
 from helpers.workflow import copy_workflow, default_config, snakemake, write_config

@@ -1,11 +1,11 @@
-"""fedsim.jobs' code fingerprints: one file per entry set, listing the code a job runs with the
+"""fedsim.planning.jobs' code fingerprints: one file per entry set, listing the code a job runs with the
 sha256 of each file, rewritten only when that content changes (torch-free, Snakemake-free)."""
 
 import hashlib
 import os
 from pathlib import Path
 
-from fedsim import jobs
+from fedsim.planning import jobs
 
 
 def make_package(root):

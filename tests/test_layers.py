@@ -42,10 +42,9 @@ LAYERS = [
     # fedsim from Python: a run as `fedsim train` trains it (fedsim.run, reached lazily from the package)
     ("the run from Python", ["fedsim.api"]),
     # The workflow's planning stands above the simulator it plans for: no training code imports it, so
-    # editing the cost model or the runs table changes no training job's code fingerprint (fedsim.jobs)
+    # editing the cost model or the runs table changes no training job's code fingerprint (fedsim.planning.jobs)
     # and reruns no run. It must not reach down into torch either: TORCH_FREE below.
-    ("planning", ["fedsim.kinds", "fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost", "fedsim.progress",
-                  "fedsim.rescheduling"]),
+    ("planning", ["fedsim.planning", "fedsim.planning.*"]),
     ("reports and measurements", ["fedsim.summary", "fedsim.figures", "fedsim.calibration"]),
     ("commands", ["fedsim.cli", "fedsim.warm", "fedsim.__main__"]),
 ]
@@ -53,8 +52,9 @@ LAYERS = [
 # Read at every snakemake call (workflow/rules/common.smk, the Snakefile, and the package itself before
 # any of its modules), by the CLI's parser and by the warm launcher before its job runs (stopping): no
 # `import torch` in them at any depth, and nothing they import (at any depth) loads torch.
-TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.kinds", "fedsim.settings", "fedsim.experiments", "fedsim.configcheck", "fedsim.jobs", "fedsim.cost",
-              "fedsim.progress", "fedsim.rescheduling", "fedsim.stopping"]
+TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.settings", "fedsim.stopping", "fedsim.planning", "fedsim.planning.kinds",
+              "fedsim.planning.experiments", "fedsim.planning.configcheck", "fedsim.planning.jobs", "fedsim.planning.cost",
+              "fedsim.planning.progress", "fedsim.planning.rescheduling"]
 
 
 def modules(src: Path) -> dict[str, Path]:

@@ -19,8 +19,8 @@ import h5py
 import pytest
 import yaml
 
-from fedsim import cost
-from fedsim.kinds import TOKEN_KINDS
+from fedsim.planning import cost
+from fedsim.planning.kinds import TOKEN_KINDS
 from fedsim.leaf.stats import dataset_stats
 
 from helpers.http_server import serve, server  # noqa: F401 (the fixture)
@@ -211,7 +211,7 @@ def test_paper_configs_plan_the_leaf_jobs(tmp_path):
     for run in ("femnist/fedavg/mu0_K100_E1_seed0", "sent140/fedavg/mu0_K201_E1_seed0",
                 "shakespeare/fedprox/mu0.001_K175_E1_seed0"):
         assert run in out, run
-    # the LSTM datasets' cost (fedsim.cost), before the job list: a line each, and a WARNING for
+    # the LSTM datasets' cost (fedsim.planning.cost), before the job list: a line each, and a WARNING for
     # Shakespeare, whose runs take days on a CPU core (unless a GPU is visible: device auto)
     estimate = out[:out.index("Building DAG of jobs")]
     for dataset in ("sent140", "shakespeare"):
@@ -250,10 +250,10 @@ def test_only_the_femnist_panels_of_the_paper(tmp_path):
 
 
 def test_paper_lstm_jobs_ask_for_their_cost_estimate_or_max_runtime(tmp_path):
-    """Each LSTM training job's `runtime` is its run's printed cost estimate (fedsim.cost) with the
+    """Each LSTM training job's `runtime` is its run's printed cost estimate (fedsim.planning.cost) with the
     margin, or max_runtime where that is lower: days for Shakespeare on a CPU, not minutes."""
-    from fedsim import experiments
-    from fedsim.configcheck import check_config, load_schema
+    from fedsim.planning import experiments
+    from fedsim.planning.configcheck import check_config, load_schema
 
     work = copy_workflow(tmp_path / "wf", with_src=True)
     cap = 100 * 60

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsim import cli, download, experiments, settings, summary, synthetic
-from fedsim.configcheck import RUN_SETTINGS, check_config, load_schema, schema_at
-from fedsim.experiments import ConfigError
-from fedsim.progress import PROGRESS_SECONDS
+from fedsim import cli, download, settings, summary, synthetic
+from fedsim.planning import experiments
+from fedsim.planning.configcheck import RUN_SETTINGS, check_config, load_schema, schema_at
+from fedsim.planning.experiments import ConfigError
+from fedsim.planning.progress import PROGRESS_SECONDS
 from fedsim.settings import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,10 +41,10 @@ def command(name: str) -> argparse.ArgumentParser:
 def test_run_settings_in_the_schema_are_runconfigs():
     """The config keys that are run settings (simulator.selection, second_subset, rng, init, device,
     threads; datasets.*.load, model; experiments.*.theory): their allowed values and defaults are
-    fedsim.settings.RunConfig's fields', filled into the schema by fedsim.configcheck.load_schema
+    fedsim.settings.RunConfig's fields', filled into the schema by fedsim.planning.configcheck.load_schema
     (RUN_SETTINGS), so the schema file states neither, and no other key named like a field states
     its own. config/config.yaml's `simulator:` section, written out for the reader, holds the
-    defaults, and simulator.progress_seconds's default is fedsim.progress.PROGRESS_SECONDS."""
+    defaults, and simulator.progress_seconds's default is fedsim.planning.progress.PROGRESS_SECONDS."""
     fields = {f.name: f for f in dataclasses.fields(RunConfig)}
     raw, schema = raw_schema(), load_schema(SCHEMA_FILE)
     for where, names in RUN_SETTINGS.items():
@@ -66,7 +67,7 @@ def test_synthetic_defaults_are_the_generators():
     """The synthetic generator's defaults (devices, features, classes, train_fraction, seed) are
     fedsim.synthetic.DEFAULTS: the generator's keyword defaults, `fedsim generate-synthetic`'s
     option defaults (fedsim.cli), the schema's `synthetic` defaults (load_schema) and the keys a
-    dataset entry may override (fedsim.experiments.SYNTHETIC_KEYS) read it; config/config.yaml's
+    dataset entry may override (fedsim.planning.experiments.SYNTHETIC_KEYS) read it; config/config.yaml's
     `synthetic:` section, written out for the reader, equals it."""
     defaults = synthetic.DEFAULTS
     written = raw_schema()["properties"]["synthetic"]["properties"]
@@ -104,7 +105,7 @@ def test_tail_fraction_is_settings():
 def test_raw_sources_are_downloads():
     """The LEAF raw sources (their names, base URLs, file names and checksums) are
     fedsim.download.SOURCES: the schema's `sources` keys (load_schema), the names `fedsim fetch`
-    lists, and the sources the dataset kinds need (fedsim.experiments.dataset_sources) come from
+    lists, and the sources the dataset kinds need (fedsim.planning.experiments.dataset_sources) come from
     it or are among it; config/config.yaml's `sources:`, written out for the reader (and passed to
     each download), equals it."""
     sources = download.SOURCES
@@ -155,7 +156,7 @@ def _run_refuses(method: str, **simulator) -> str | None:
 def test_rng_authors_rule_is_settings(method):
     """When rng must not be "authors" (or rather: what rng=authors needs: uniform selection and,
     for a method that samples its gradient devices, second_subset same) is
-    fedsim.settings.rng_problem: RunConfig.validate (a run) and fedsim.configcheck._check_rng (the
+    fedsim.settings.rng_problem: RunConfig.validate (a run) and fedsim.planning.configcheck._check_rng (the
     workflow's config, before any job) both ask it, and refuse the same settings by the same key."""
     for rng in ("fedsim", "authors"):
         for selection in ("uniform", "weighted"):
@@ -255,7 +256,7 @@ def test_synthetic_mean_device_size_is_the_generators():
     law's mean (fedsim.synthetic): a draw of many sizes lands on it."""
     import numpy as np
 
-    from fedsim import configcheck
+    from fedsim.planning import configcheck
 
     assert configcheck.SYNTHETIC_MEAN_SAMPLES is synthetic.MEAN_SAMPLES
     sizes = synthetic.device_sizes(np.random.default_rng(0), 2_000_000)

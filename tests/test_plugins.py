@@ -42,7 +42,7 @@ def test_the_cli_and_the_schema_know_them(plugins):
     code, out = run(plugins, "-m", "fedsim", "train", "--help")
     assert code == 0 and "tinymlp" in out, out
     code, out = run(plugins, "-c", textwrap.dedent("""
-        from fedsim.configcheck import load_schema
+        from fedsim.planning.configcheck import load_schema
         entry = load_schema("workflow/schemas/config.schema.yaml")["properties"]["datasets"]["additionalProperties"]
         assert "blobs" in entry["properties"]["kind"]["enum"] and entry["properties"]["points"]["minimum"] == 2
         assert "tinymlp" in entry["properties"]["model"]["enum"]

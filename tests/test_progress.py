@@ -6,7 +6,7 @@ import io
 import pytest
 
 from fedsim.cli import main
-from fedsim.progress import Progress
+from fedsim.planning.progress import Progress
 from fedsim.records import write_run
 from fedsim.train import RunConfig, run
 
@@ -81,7 +81,7 @@ def test_the_pace_is_compared_with_the_cost_estimate_once():
     clock, out = FakeClock(), io.StringIO()
     progress = Progress("x", total=1000, every=1e9, stream=out, clock=clock, estimate=5.0, live=False)
     lines = drive(progress, clock, [1.0] * 10, seconds_per_round=10.0)
-    assert lines[1:] == ["x: 10 s/round measured over rounds 0-3, 5 s/round estimated by fedsim.cost (2.00x); "
+    assert lines[1:] == ["x: 10 s/round measured over rounds 0-3, 5 s/round estimated by fedsim.planning.cost (2.00x); "
                          "2.8 h left at this pace"]
 
 

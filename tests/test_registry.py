@@ -48,7 +48,7 @@ def test_every_method_module_declares_a_method_named_after_its_file():
 def test_the_registry_is_read_without_torch():
     """The workflow reads it at every snakemake call, and the summary and figure jobs need no model:
     importing torch there would cost seconds."""
-    code = ("import sys, fedsim.methods, fedsim.cli, fedsim.experiments, fedsim.configcheck, fedsim.jobs, fedsim.cost, "
+    code = ("import sys, fedsim.methods, fedsim.cli, fedsim.planning.experiments, fedsim.planning.configcheck, fedsim.planning.jobs, fedsim.planning.cost, "
             "fedsim.summary, fedsim.figures; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr

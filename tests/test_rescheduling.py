@@ -1,5 +1,5 @@
 """Snakemake's scheduler wakes itself for the job rate limit only while the limit holds jobs back
-(fedsim.rescheduling)."""
+(fedsim.planning.rescheduling)."""
 
 import subprocess
 import sys
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from fedsim import rescheduling
+from fedsim.planning import rescheduling
 
 from helpers.workflow import env
 
@@ -24,7 +24,7 @@ def patched(monkeypatch):
 
 
 def test_this_snakemake_still_has_what_the_patch_reads():
-    """Fails the day a Snakemake release changes what fedsim.rescheduling patches or reads (the patch
+    """Fails the day a Snakemake release changes what fedsim.planning.rescheduling patches or reads (the patch
     would then quietly do nothing, or the wrong thing): re-read Snakemake's scheduler, and keep the
     patch only if it still pays (docs/performance.md), else remove it."""
     import inspect
@@ -34,7 +34,7 @@ def test_this_snakemake_still_has_what_the_patch_reads():
     from snakemake.dag import DAG
     from snakemake.scheduling.job_scheduler import JobScheduler
 
-    changed = f"Snakemake {snakemake.__version__} changed what fedsim.rescheduling patches: "
+    changed = f"Snakemake {snakemake.__version__} changed what fedsim.planning.rescheduling patches: "
     timer = inspect.getsource(JobScheduler._schedule_reevalutation)
     assert "threading.Timer" in timer and "_open_jobs.release" in timer, changed + "the timer method\n" + timer
     scheduler = inspect.getsource(JobScheduler)
@@ -69,7 +69,7 @@ def test_another_snakemake_gets_its_own_behaviour(patched):
 
 
 SNAKEFILE = """
-from fedsim import rescheduling
+from fedsim.planning import rescheduling
 rescheduling.install()
 rule all:
     input: expand("out/{i}.txt", i=range(12))

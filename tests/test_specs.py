@@ -1,4 +1,4 @@
-"""What the planning knows of models and data kinds without torch (fedsim.specs, fedsim.kinds): read from the model
+"""What the planning knows of models and data kinds without torch (fedsim.specs, fedsim.planning.kinds): read from the model
 files' text, it is what the imported models declare, and a declaration it cannot read is one error
 naming the file."""
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedsim import models
-from fedsim.kinds import KINDS
+from fedsim.planning.kinds import KINDS
 from fedsim.specs import ModelSpec, model_specs
 
 SRC = Path(__file__).resolve().parents[1] / "src"

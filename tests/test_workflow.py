@@ -530,7 +530,7 @@ def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_pa
     (two values of its file's grid, through the experiment's `grids`: that the file's grid is the
     default is tests/test_experiments.py's), the setting in the run's folder, tuned_mu.csv, findings
     and runs.csv with the costs."""
-    from fedsim.experiments import fmt
+    from fedsim.planning.experiments import fmt
     from fedsim.methods import ENTRIES, REGISTRY
 
     workdir = copy_workflow(tmp_path / "wf", with_src=True)

@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 # What fedsim.api offers at the package's top. Reached on first use: the workflow imports this
 # package at every snakemake call, and fedsim.api's run needs torch. By name (importlib), not by an
-# import statement, so that the jobs' code fingerprints (fedsim.jobs, read from the imports) and the
+# import statement, so that the jobs' code fingerprints (fedsim.planning.jobs, read from the imports) and the
 # layers (tests/test_layers.py) do not take fedsim.api for code every module of the package runs.
 _API = ("run", "generate_synthetic")
 

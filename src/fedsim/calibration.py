@@ -1,6 +1,6 @@
 """The cost model's constants measured on this machine (`python -m fedsim cost --calibrate`).
 
-fedsim.cost is the planning arithmetic, torch-free because the workflow imports it at every
+fedsim.planning.cost is the planning arithmetic, torch-free because the workflow imports it at every
 snakemake call; measuring its constants runs the real LSTMs through the batched engine, so it
 lives here, imported only by the command that asks for it (and benchmarks/lstm_round.py).
 """
@@ -13,7 +13,7 @@ import time
 import numpy as np
 import torch
 
-from .cost import DEFAULTS, GRAD_BATCH, GRAD_BATCHES
+from .planning.cost import DEFAULTS, GRAD_BATCH, GRAD_BATCHES
 from .engine import Clients, SGDSettings, local_sgd_batched
 from .models.char_lstm import CharLSTM
 from .models.sent140_lstm import Sent140LSTM

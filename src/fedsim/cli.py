@@ -38,7 +38,7 @@ from .atomic import write_csv, write_text
 from .download import SOURCES
 from .methods import ENTRIES
 from .partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
-from .progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
+from .planning.progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
 from .stopping import StopSignals, Stopped, exit_status
 from .synthetic import DEFAULTS as SYNTHETIC
@@ -237,12 +237,12 @@ def _import_arrays(args) -> None:
 def _build_dataset(args) -> None:
     import json
 
-    from .kinds import KINDS
+    from .planning.kinds import KINDS
 
     entry = json.loads(args.entry)
     kind = KINDS.get(entry.get("kind"))
     if kind is None or kind.build is None:
-        raise ValueError(f"kind {entry.get('kind')!r}: not a kind declared with a build (fedsim.kinds)")
+        raise ValueError(f"kind {entry.get('kind')!r}: not a kind declared with a build (fedsim.planning.kinds)")
     print(f"{args.name}: {kind.build(entry, args.files, args.out, args.name)}")
 
 
@@ -321,13 +321,13 @@ def _kept(checkpoint, stopped) -> str:
 
 
 def _progress(config, every: float):
-    """The run's progress lines (fedsim.progress), with the cost model's estimate where it has one."""
+    """The run's progress lines (fedsim.planning.progress), with the cost model's estimate where it has one."""
     import dataclasses
 
-    from .cost import run_round_seconds
+    from .planning.cost import run_round_seconds
     from .data import FederatedDataset
     from .methods import describe_setting, variant_of
-    from .progress import Progress
+    from .planning.progress import Progress
 
     config.validate()  # a missing dataset file is named before it is opened here
     with FederatedDataset(config.data) as dataset:
@@ -520,7 +520,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_import_arrays)
 
     p = sub.add_parser("build-dataset", help="a dataset of a kind declared in a file of its own (a plugin's "
-                                             "kinds/: fedsim.kinds), by its build")
+                                             "kinds/: fedsim.planning.kinds), by its build")
     p.add_argument("--entry", required=True, help="the dataset's config entry as JSON: its kind and the kind's keys")
     p.add_argument("--files", nargs="*", default=[], help="the entry's own files (the kind's `own_files`)")
     p.add_argument("--name", required=True)

@@ -534,7 +534,7 @@ def _check_and_unpack(chunks, count, nbytes, first, usable, slot, src, dst, leng
 
 
 def _copy(to, of):
-    """to[:] = of[:len(to)], as a plain loop over two views: numba's slice assignment is ~4x slower."""
+    """to[:] = of[:len(to)], as a plain loop over two views: numba's slice assignment is slower."""
     for i in range(len(to)):
         to[i] = of[i]
 

@@ -3,7 +3,7 @@
 A model declares its `SPEC`, a ModelSpec, at the top of its file in fedsim/models/; `model_specs()`
 reads those declarations from the files' text, without importing them (a model's file imports
 torch), and tests/test_specs.py checks that what it reads is what the imported model declares. The
-planning (fedsim.kinds, the config check, the cost model) reads them at every snakemake call; the
+planning (fedsim.planning.kinds, the config check, the cost model) reads them at every snakemake call; the
 models import this module too, so it is training code: an edit of it reruns the runs.
 
 Samples are named by what a model needs to read them: `features` (a vector), `image` (C x H x W,
@@ -49,7 +49,7 @@ class ModelSpec:
     graphs_on: tuple[str, ...] = ()     # devices where each SGD step replays as a CUDA graph
     linear_softmax: bool = False        # MCLR's closed forms: the MCLR-only methods, the theorems
     # local SGD's seconds per training sample (forward and backward) on one CPU core, from
-    # benchmarks/cnn_round.py (the `batched` engine, as a run takes it) rounded up: fedsim.cost prices a
+    # benchmarks/cnn_round.py (the `batched` engine, as a run takes it) rounded up: fedsim.planning.cost prices a
     # run from it. None only where the data kind prices it (MCLR per device and epoch, the LSTMs'
     # calibrated constants); any other model must declare it.
     sample_seconds: float | None = None
@@ -57,7 +57,7 @@ class ModelSpec:
     def __post_init__(self):
         priced_by_kind = self.linear_softmax or all(s in TOKEN_SAMPLES for s in self.samples)
         if self.sample_seconds is None and not priced_by_kind:
-            raise ValueError(f"model {self.name}: declare its sample_seconds (fedsim.cost prices its runs by it)")
+            raise ValueError(f"model {self.name}: declare its sample_seconds (fedsim.planning.cost prices its runs by it)")
 
     def takes(self, samples: str | None) -> bool:
         """Whether it reads these samples (None: not known yet, so not refused here)."""

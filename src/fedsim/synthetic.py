@@ -30,7 +30,7 @@ import numpy as np
 GENERATOR_VERSION = 1  # bump when the draw order changes: same seed, different data
 # The generator's settings besides alpha, beta and iid, at the FedProx paper's values, by the names
 # of the workflow config's `synthetic` keys and of `fedsim generate-synthetic`'s options: their
-# defaults there are these (the config schema's are filled in by fedsim.configcheck.load_schema).
+# defaults there are these (the config schema's are filled in by fedsim.planning.configcheck.load_schema).
 DEFAULTS = {"devices": 30, "features": 60, "classes": 10, "train_fraction": 0.9, "seed": 0}
 
 # The reference's device sizes: n_k = int(lognormal(SIZE_LOG_MEAN, SIZE_LOG_SIGMA)) + SIZE_FLOOR, and

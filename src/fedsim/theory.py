@@ -43,8 +43,8 @@ def hessian_vector(x: torch.Tensor, probabilities: torch.Tensor, v: torch.Tensor
 
 def _hessian_vector_t(x: torch.Tensor, probabilities_t: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     # Class-major (classes, rows) throughout: both products with the long side last, (V^T X^T) and
-    # R^T X, and the elementwise ops on contiguous rows: 2-4x faster than X V, X^T R on a few
-    # thousand rows with MKL (measured; as MCLR.logits).
+    # R^T X, and the elementwise ops on contiguous rows: faster than X V, X^T R on a few thousand
+    # rows with MKL (as MCLR.logits).
     pz = probabilities_t * (v.mT @ x.mT)
     return (pz - probabilities_t * pz.sum(0)).matmul(x).mT / len(x)
 

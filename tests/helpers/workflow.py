@@ -103,8 +103,8 @@ def config_error(workdir):
     from snakemake.common.configfile import load_configfile
     from snakemake.utils import update_config
 
-    from fedsim.configcheck import check_config
-    from fedsim.experiments import ConfigError, selected_experiments
+    from fedsim.planning.configcheck import check_config
+    from fedsim.planning.experiments import ConfigError, selected_experiments
 
     workdir = Path(workdir).resolve()
     with contextlib.chdir(workdir):
@@ -125,7 +125,7 @@ def config_error(workdir):
 @functools.cache
 def _schema():
     """common.smk's SCHEMA (parsing it costs more than a check: read once)."""
-    from fedsim.configcheck import load_schema
+    from fedsim.planning.configcheck import load_schema
 
     return load_schema(REPO / "workflow" / "schemas" / "config.schema.yaml")
 

@@ -1,9 +1,9 @@
-# The code each job runs, as one input per job (fedsim.jobs): helpers for the rules' `code` inputs.
+# The code each job runs, as one input per job (fedsim.planning.jobs): helpers for the rules' `code` inputs.
 
 # ---------------------------------------------------------------------------------------
 # Package code the jobs depend on: ONE fingerprint file per set of entry modules,
 # <results_dir>/code/<entries joined by +>.txt, listing each source file the job runs with the
-# sha256 of its content (fedsim.jobs.code_fingerprint). It is rewritten only when that text
+# sha256 of its content (fedsim.planning.jobs.code_fingerprint). It is rewritten only when that text
 # changes, so an edit reruns the jobs whose code changed, a mere mtime change (checkout) does
 # not, and the scheduler stats one file per job instead of every source file. Written while
 # parsing, not by a rule: a rule's job, even rewriting the same text, would rerun every job after it.

@@ -1,4 +1,4 @@
-# Helpers (no rules): the config checked, the runs table bound to it (fedsim.experiments), the ONE
+# Helpers (no rules): the config checked, the runs table bound to it (fedsim.planning.experiments), the ONE
 # place that builds every path, the code each job depends on, and per-rule arguments. Parsing
 # writes one thing: the code fingerprints (results/code/, see below), compared by content each time.
 
@@ -15,14 +15,15 @@ from pathlib import Path
 
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
-from fedsim import atomic, cost, experiments, jobs, kinds  # noqa: E402
-from fedsim.configcheck import (built_samples, check_config, check_partition_pools, command_line_types,  # noqa: E402
+from fedsim import atomic  # noqa: E402
+from fedsim.planning import cost, experiments, jobs, kinds  # noqa: E402
+from fedsim.planning.configcheck import (built_samples, check_config, check_partition_pools, command_line_types,  # noqa: E402
                                load_schema)
-from fedsim.experiments import ConfigError, as_list, fmt  # noqa: E402
-from fedsim.kinds import BUILT_KINDS  # noqa: E402
+from fedsim.planning.experiments import ConfigError, as_list, fmt  # noqa: E402
+from fedsim.planning.kinds import BUILT_KINDS  # noqa: E402
 from fedsim.specs import model_specs  # noqa: E402
-from fedsim.jobs import model_args, setting_args  # noqa: E402
-from fedsim.progress import PROGRESS_ENV  # noqa: E402
+from fedsim.planning.jobs import model_args, setting_args  # noqa: E402
+from fedsim.planning.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES, USES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
@@ -43,7 +44,7 @@ try:  # the folder the parse itself writes in (the code fingerprints): one line,
 except OSError as err:
     sys.exit(f"Config error at results_dir: cannot write below {config['results_dir']!r} ({err.strerror})")
 
-# The runs table and its helpers, bound to this config (fedsim.experiments says what each does).
+# The runs table and its helpers, bound to this config (fedsim.planning.experiments says what each does).
 used_datasets, dataset_sources, tag_rounds, tuned_methods, after_tuning = (
     partial(getattr(experiments, name), config)
     for name in ("used_datasets", "dataset_sources", "tag_rounds", "tuned_methods", "after_tuning"))
@@ -86,7 +87,7 @@ SELECTION_RULES = ("plan", "tune", "summarise", "findings", "figure", "tuning_fi
 
 
 def selection_results(*parts):
-    """<results_dir>/<selection folder>/...: the tables and figures of this selection (fedsim.experiments.
+    """<results_dir>/<selection folder>/...: the tables and figures of this selection (fedsim.planning.experiments.
     selection_folder); results_dir itself for the whole config."""
     return results(SELECTION, *parts)
 
@@ -108,7 +109,7 @@ def run_stem(
     """Relative location of one training run: {dataset}/{method}/{setting}{mu}_K{K}_E{E}{T}{theory}_seed{seed},
     setting being the name of the method's setting `mu` holds the value of (mu, or the option it is
     tuned over: alpha0.01 for FedDyn), T the run tag (its rounds and model where not the dataset's:
-    fedsim.experiments.run_tag), theory '_theory' where the run logs the theorems' constants (an
+    fedsim.planning.experiments.run_tag), theory '_theory' where the run logs the theorems' constants (an
     experiment's `theory: true`), else ''."""
     setting = "{setting}" if method == "{method}" else experiments.setting_name(method)
     return f"{dataset}/{method}/{setting}{fmt(mu)}_K{fmt(K)}_E{fmt(E)}{T}{theory}_seed{fmt(seed)}"
@@ -215,7 +216,7 @@ def final_targets():
     return targets
 
 
-# ---- Per-rule arguments and resources (fedsim.jobs), bound to this config
+# ---- Per-rule arguments and resources (fedsim.planning.jobs), bound to this config
 
 (synthetic_args, leaf_args, json_args, json_inputs, arrays_args, dirichlet_args, declared_entry, raw_file,
  fetch_inputs, fetch_args, init_files, run_args, eval_args, train_device, train_gpus, train_mem_mb,
@@ -227,7 +228,7 @@ def final_targets():
 
 
 def raw_inputs(dataset):
-    """The files a dataset is built from, as its kind declares them (fedsim.kinds.raw_inputs): its
+    """The files a dataset is built from, as its kind declares them (fedsim.planning.kinds.raw_inputs): its
     entry's own files (FEMNIST's LEAF JSON, an .npz) or its raw sources under raw_dir."""
     sources, files = kinds.raw_inputs(config, dataset)
     return [raw_path(source) for source in sources] + files

@@ -106,10 +106,10 @@ rule partition_dirichlet:
 
 
 rule build_dataset:
-    """A dataset of a kind declared in a file of its own (a plugin's kinds/: fedsim.kinds), by its build."""
+    """A dataset of a kind declared in a file of its own (a plugin's kinds/: fedsim.planning.kinds), by its build."""
     input:
         files=lambda wildcards: raw_inputs(wildcards.dataset),
-        code=code_fingerprint("kinds"),
+        code=code_fingerprint("planning.kinds"),
     output:
         dataset_path(),
     params:

@@ -1,4 +1,4 @@
-# What each training job asks the scheduler for, from the cost estimate (fedsim.cost), and the
+# What each training job asks the scheduler for, from the cost estimate (fedsim.planning.cost), and the
 # estimate printed at start (included after common.smk, before train.smk, which reads these).
 
 import contextlib
@@ -7,7 +7,7 @@ import sys
 from functools import cache
 from pathlib import Path
 
-# ---- The cost estimate (fedsim.cost): printed at start, and what each training job asks for
+# ---- The cost estimate (fedsim.planning.cost): printed at start, and what each training job asks for
 
 COST_CONSTANTS, COST_SOURCE = cost.load_constants(results("benchmarks", cost.CALIBRATION_FILE))
 MAX_RUNTIME = config["simulator"]["max_runtime"]  # minutes, the site's; None: no cap
@@ -15,12 +15,12 @@ MAX_RUNTIME = config["simulator"]["max_runtime"]  # minutes, the site's; None: n
 
 @cache
 def dataset_sizes(dataset):
-    """An LSTM dataset's device sizes: its built file's, else the paper's Table 1 (fedsim.cost)."""
+    """An LSTM dataset's device sizes: its built file's, else the paper's Table 1 (fedsim.planning.cost)."""
     return cost.dataset_sizes(config, dataset, dataset_path(dataset))
 
 
 def print_cost_estimate():
-    """The LSTM datasets' estimated cost (fedsim.cost), on stderr before any job (`snakemake -n`
+    """The LSTM datasets' estimated cost (fedsim.planning.cost), on stderr before any job (`snakemake -n`
     too): one line per dataset, a WARNING where a run would take days on a CPU. Nothing without
     LSTM datasets; nothing in the jobs' own processes (cluster jobs re-read the Snakefile)."""
     if not workflow.is_main_process:
@@ -52,7 +52,7 @@ TRAIN_CHECKPOINT_EVERY, TRAIN_CHECKPOINT_SECONDS = cost.job_checkpoints(MAX_RUNT
 # Not a param: it changes no result, so switching it reruns nothing.
 _warm_start = config["simulator"]["warm_start"] and os.environ.get("FEDSIM_WARM") != "0"  # either may say no
 os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
-# The jobs' progress lines and the cost estimate they compare their pace with (fedsim.progress):
+# The jobs' progress lines and the cost estimate they compare their pace with (fedsim.planning.progress):
 # output only, so environment, not params (changing them reruns nothing).
 os.environ.update({PROGRESS_ENV: str(config["simulator"]["progress_seconds"]),
                    cost.CALIBRATION_ENV: results("benchmarks", cost.CALIBRATION_FILE)})

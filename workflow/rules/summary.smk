@@ -2,7 +2,7 @@
 
 
 rule plan:
-    """The runs table before tuning as CSV (fedsim.jobs.planned_runs_csv): what the DAG will train, with
+    """The runs table before tuning as CSV (fedsim.planning.jobs.planned_runs_csv): what the DAG will train, with
     every setting that shapes a run's result and the run's folder. Rewritten when the table changes
     (its digest is a param), so `snakemake results/summary/planned_runs.csv` shows a config's
     runs before any training."""

@@ -39,7 +39,7 @@ import numpy as np
 
 from .common import natural_key, read_member, write_partition
 
-try:  # 4x faster on LEAF's big float lists; plain json otherwise
+try:  # faster on LEAF's big float lists; plain json otherwise
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover
     _loads = json.loads

@@ -102,7 +102,7 @@ class RoundContext:
 @dataclass(frozen=True)
 class Option:
     """One setting of a method: its default, and its domain, the values it takes. The domain is
-    declared here once: the config check (fedsim.configcheck) refuses a value outside it before any
+    declared here once: the config check (fedsim.planning.configcheck) refuses a value outside it before any
     job, and the run (RunConfig) before any round; a method's code may assume it."""
 
     default: Any

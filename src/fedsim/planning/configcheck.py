@@ -17,15 +17,15 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from .arrays import describe as describe_arrays
-from .download import SOURCES
+from ..arrays import describe as describe_arrays
+from ..download import SOURCES
 from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, method_kind, method_setting,
                           n_devices, synthetic_settings, used_datasets)
-from .methods import ENTRIES, REGISTRY
-from .partition import DEFAULTS as PARTITION_DEFAULTS, check_settings
-from .settings import TAIL_FRACTION, RunConfig, rng_problem
+from ..methods import ENTRIES, REGISTRY
+from ..partition import DEFAULTS as PARTITION_DEFAULTS, check_settings
+from ..settings import TAIL_FRACTION, RunConfig, rng_problem
 from .kinds import KINDS, entry_model, fit_problem, trains_linear_softmax
-from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, MEAN_SAMPLES
+from ..synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, MEAN_SAMPLES
 
 # Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
 MAX_ROUNDS = 100_000
@@ -52,7 +52,7 @@ def schema_at(schema: dict, path) -> dict:
 
 def load_schema(path) -> dict:
     """The config schema, with what fedsim declares filled in: the method list from its registry
-    (methods and variants), the dataset kinds (fedsim.kinds, a plugin's keys with them), the run settings' allowed values and defaults from RunConfig
+    (methods and variants), the dataset kinds (fedsim.planning.kinds, a plugin's keys with them), the run settings' allowed values and defaults from RunConfig
     (RUN_SETTINGS), the synthetic generator's defaults (fedsim.synthetic.DEFAULTS), the tuning
     criterion's tail fraction (fedsim.settings.TAIL_FRACTION) and the raw sources' names
     (fedsim.download.SOURCES)."""
@@ -78,7 +78,7 @@ def load_schema(path) -> dict:
 
 
 def _add_declared_kinds(schema: dict) -> None:
-    """The dataset kinds of fedsim.kinds as the schema's `kind` values; a kind declared in a file of its
+    """The dataset kinds of fedsim.planning.kinds as the schema's `kind` values; a kind declared in a file of its
     own adds its keys (their defaults and its required keys in a block of its own)."""
     entry = schema["properties"]["datasets"]["additionalProperties"]
     entry["properties"]["kind"]["enum"] = list(KINDS)
@@ -326,7 +326,7 @@ def _check_arrays(cfg, name, entry) -> None:
 def _check_model(cfg, name) -> None:
     """A dataset entry's model takes its samples; where the entry names a model that is not MCLR-like,
     no experiment runs an MCLR-only method or the theorems' constants on it (where the kind's own
-    model is not, as on Sent140, those methods are left out of its runs: fedsim.experiments)."""
+    model is not, as on Sent140, those methods are left out of its runs: fedsim.planning.experiments)."""
     problem = fit_problem(cfg, name)
     if problem:
         raise ConfigError(["datasets", name, "model"], problem)

@@ -8,7 +8,7 @@ A short run (the default experiments: a few seconds) writes only its start line 
 end line. A loss that leaves the reals is told at once. On a terminal the line updates in place;
 into a file or a pipe (a workflow job's log) each is a line of its own, flushed, for `tail -f`.
 
-Where a cost estimate for the run exists (fedsim.cost: the LSTM datasets on a CPU), a line after
+Where a cost estimate for the run exists (fedsim.planning.cost: the LSTM datasets on a CPU), a line after
 the first rounds compares the measured seconds per round with it, so a plan that was wrong shows
 early. Nothing here changes what the run computes.
 """
@@ -102,7 +102,7 @@ class Progress:
         self.compared = True
         pace = self.pace()
         self._write(f"{self.label}: {pace:.3g} s/round measured over rounds {self.start_round}-{round_}, "
-                    f"{self.estimate:.3g} s/round estimated by fedsim.cost ({pace / self.estimate:.2f}x); "
+                    f"{self.estimate:.3g} s/round estimated by fedsim.planning.cost ({pace / self.estimate:.2f}x); "
                     f"{duration(pace * (self.total - round_))} left at this pace", now, final=True)
 
     def close(self) -> None:

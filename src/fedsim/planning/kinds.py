@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .arrays import describe
-from .specs import FILE_KINDS, TOKEN_SAMPLES, model_spec, plugin_dirs
+from ..arrays import describe
+from ..specs import FILE_KINDS, TOKEN_SAMPLES, model_spec, plugin_dirs
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,7 @@ class Kind:
     built: bool = False     # built from raw files or other datasets (datasets.csv lists them)
     sources: tuple[str, ...] = ()  # the raw sources it is built from (`sources:` of the config), unless
     own_files: str | None = None   # the entry's key naming files of its own to build from instead
-    # an MCLR run's seconds per selected device and local epoch, evaluation included (fedsim.cost)
+    # an MCLR run's seconds per selected device and local epoch, evaluation included (fedsim.planning.cost)
     mclr_device_epoch_s: float = 0.001
     # A kind declared in a file of its own (a plugin's kinds/<name>.py): its entry's keys, as JSON
     # schema properties (a `default` fills an entry that leaves the key out; `required`: a list of
@@ -76,7 +76,7 @@ def _plugin_kinds() -> dict[str, Kind]:
             spec.loader.exec_module(module)
             kind = getattr(module, "KIND", None)
             if not isinstance(kind, Kind) or kind.name != path.stem:
-                raise ImportError(f"{path}: a kind file declares KIND = Kind({path.stem!r}, ...) (fedsim.kinds)")
+                raise ImportError(f"{path}: a kind file declares KIND = Kind({path.stem!r}, ...) (fedsim.planning.kinds)")
             if kind.name in KINDS or kind.name in found:
                 raise ImportError(f"{path}: the kind {kind.name} is declared already")
             if kind.build is None:

@@ -2,7 +2,7 @@
 the package code each one runs with its fingerprint (so that an edit reruns exactly the jobs whose
 code changed).
 
-Pure functions of the config (as fedsim.configcheck leaves it) and of a job's wildcards; no torch,
+Pure functions of the config (as fedsim.planning.configcheck leaves it) and of a job's wildcards; no torch,
 no Snakemake. workflow/rules/common.smk binds them to its config; a rule's params are these
 strings, so changing a setting reruns exactly the jobs whose command it changes.
 """
@@ -16,10 +16,10 @@ import os
 import shlex
 from pathlib import Path
 
-from . import atomic
+from .. import atomic
 from .experiments import RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings, tag_model
 from .kinds import BUILT_KINDS, trains_linear_softmax
-from .methods import ENTRIES, resolve
+from ..methods import ENTRIES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
 # FEMNIST-62's from LEAF data folders (`json`) take only test_only, its LEAF sampling being done

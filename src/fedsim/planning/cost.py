@@ -41,11 +41,11 @@ import numpy as np
 
 from .experiments import RUN_FIELDS, ConfigError
 from .kinds import KINDS, TOKEN_KINDS, entry_model, trains_linear_softmax
-from .specs import model_spec
+from ..specs import model_spec
 from .jobs import train_device
-from .methods import ENTRIES
-from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
-from .steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.cost.local_steps as before)
+from ..methods import ENTRIES
+from ..settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+from ..steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.planning.cost.local_steps as before)
 
 # CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`; CPU
 # time, not the wall clock, so that a shared machine skews them less; when: docs/performance.md).
@@ -246,7 +246,7 @@ def load_constants(path=None) -> tuple[dict, str]:
             return constants, f"calibrated on {found.get('device', 'cpu')} ({path})"
         except (OSError, ValueError, AttributeError):
             pass
-    return DEFAULTS, "fedsim.cost.DEFAULTS (measured here; `python -m fedsim cost --calibrate` for this machine)"
+    return DEFAULTS, "fedsim.planning.cost.DEFAULTS (measured here; `python -m fedsim cost --calibrate` for this machine)"
 
 
 # ---------------------------------------------------------------------------------------
@@ -290,13 +290,13 @@ def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> lis
 
 # MCLR runs (synthetic, FEMNIST, JSON feature vectors) take seconds to minutes: their model is seconds
 # per selected device and local epoch, evaluation included (a data kind's `mclr_device_epoch_s`,
-# fedsim.kinds), measured with FedDANE (the slowest of FedAvg, SCAFFOLD, FedDANE) and rounded up: on
+# fedsim.planning.kinds), measured with FedDANE (the slowest of FedAvg, SCAFFOLD, FedDANE) and rounded up: on
 # the default synthetic sets, and on a synthetic set with FEMNIST's 784 features for FEMNIST and JSON
 # sets (the measurements: docs/performance.md).
 # Any other model's run (a CNN) is priced per sample from its `sample_seconds` (fedsim.specs); rows per
 # device: the built file's, else a LEAF FEMNIST writer's mean, CONV_DEVICE_ROWS.
 CONV_DEVICE_ROWS = 230
-THEORY_FACTOR = 3       # a run logging the theorems' constants (`theory: true`) takes up to ~2.4x
+THEORY_FACTOR = 3       # a run logging the theorems' constants (`theory: true`): its measured cost, rounded up
 MARGIN = 1.5            # on the estimate: another machine, a busy node, a cold file cache
 START_MINUTES = 2       # Python, torch and the dataset loaded, before round 0
 CHECKPOINTS_PER_JOB = 10  # a capped job saves at least every tenth of its minutes

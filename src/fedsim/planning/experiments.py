@@ -15,10 +15,10 @@ from decimal import Decimal
 
 import pandas as pd
 
-from .methods import ENTRIES
-from .settings import clients_per_round_problem
+from ..methods import ENTRIES
+from ..settings import clients_per_round_problem
 from .kinds import model_tag, raw_inputs, trains_linear_softmax
-from .synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
+from ..synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
 
 SYNTHETIC_KEYS = tuple(SYNTHETIC_DEFAULTS)  # the generator's settings a synthetic dataset's entry may override
@@ -98,7 +98,7 @@ def dataset_sources(cfg, dataset) -> list[str]:
 def run_tag(cfg, dataset, rounds=None) -> str:
     """What a run's folder adds to its dataset's name, method and settings: '_T<rounds>' where it runs
     another number of rounds than the dataset's own (the paper's; also rounds=None), and '_<model>'
-    where its dataset entry names another model than its kind's default (fedsim.kinds.model_tag). The
+    where its dataset entry names another model than its kind's default (fedsim.planning.kinds.model_tag). The
     paper's runs keep short paths; an experiment's `rounds` and a dataset's `model` get their own."""
     rounds_part = "" if rounds in (None, cfg["datasets"][dataset]["rounds"]) else f"_T{rounds}"
     return rounds_part + model_tag(cfg, dataset)
