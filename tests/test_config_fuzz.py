@@ -113,8 +113,9 @@ CASES = [
      "0 is less than the minimum of 1"),
     ("eval_every_theory", at("datasets.synthetic_iid.eval_every", 5), "datasets.synthetic_iid.eval_every",
      "must be 1 for experiment theory, whose runs measure the theorems' constants every round"),
-    ("grid_of_a_method_not_run", at("experiments.beyond.grids", {"feddyn": [0.1]}), "experiments.beyond.grids.feddyn",
-     "the experiment does not run feddyn"),
+    # a grid of a method the experiment does not run is left unused, but checked
+    ("grid_of_a_method_not_run", at("experiments.beyond.grids", {"feddyn": [-1]}), "experiments.beyond.grids.feddyn[0]",
+     "bad method option alpha=-1.0: expected a number > 0"),
     ("grid_of_mu", at("experiments.beyond.grids", {"feddane_decayed": [0.1]}), "experiments.beyond.grids.feddane_decayed",
      "feddane_decayed is not tuned over an option of its own (its mu grid is `mu_grid`)"),
     ("grid_of_untuned", at("experiments.beyond.grids", {"scaffold": [0.1]}), "experiments.beyond.grids.scaffold",

@@ -121,6 +121,16 @@ def test_a_selection_of_unknown_names_or_of_nothing_is_one_error(only, path, pro
     assert caught.value.path == path and problem in caught.value.problem
 
 
+def test_a_subset_of_a_configs_methods_runs_alone_whatever_its_grids():
+    """`experiments={successors_cnn: {methods: [fedavg]}}`: the config's grid for Scaffnew, which this
+    run leaves out, is left unused rather than refused."""
+    cfg = config_with("successors-cnn.yaml")
+    update_config(cfg, {"experiments": {"successors_cnn": {"methods": ["fedavg"], "rounds": 3}}})
+    check_config(cfg, SCHEMA, REPO)
+    plan = experiments.plan(cfg)
+    assert set(plan[plan["experiment"] == "successors_cnn"]["method"]) == {"fedavg"}
+
+
 def test_an_mclr_only_method_on_a_named_model_is_refused_at_the_dataset_entry():
     """DONE and the authors' FedDANE are defined for MCLR: an experiment listing one on a dataset entry
     that names another model is one error naming the entry's model, before any job."""

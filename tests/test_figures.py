@@ -376,3 +376,22 @@ def test_tuning_figure_shows_every_grid_value_and_score_with_labels_that_never_o
         for axis in (ax.xaxis, ax.yaxis):
             boxes = [box for _, box in shown_labels(saved[0], axis)]
             assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:]), axis
+
+
+def test_a_curve_of_one_point_is_drawn_as_a_dot():
+    """A 1-round run on a log cost axis keeps one point (round 0 cost nothing): it shows as a dot,
+    not as an invisible line; a longer curve stays a line."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from fedsim.figures import _curve
+
+    record = {"result": {"diverged_round": None}}
+    short = pd.DataFrame({"round": [0, 1], "train_loss": [2.0, 1.5], "vectors_up": [0, 10]})
+    longer = pd.DataFrame({"round": [0, 1, 2], "train_loss": [2.0, 1.5, 1.2], "vectors_up": [0, 10, 20]})
+    fig, ax = plt.subplots()
+    dot = _curve(ax, [(short, record)], "train_loss", "one", "C0", x="vectors_up", log_x=True)
+    line = _curve(ax, [(longer, record)], "train_loss", "two", "C1", x="vectors_up", log_x=True)
+    plt.close(fig)
+    assert list(dot.get_xdata()) == [10] and dot.get_marker() == "o"
+    assert list(line.get_xdata()) == [10, 20] and line.get_marker() in ("None", None, "")

@@ -84,7 +84,7 @@ def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", line
            log_x: bool = False, reference: bool = False):
     """Mean over seeds with a min-max band, per round, where every seed still ran, at the seeds' mean
     of `x` (a cost differs between seeds: their devices differ); on a log x axis from the first
-    round that cost something. A `reference` (another family's best) is a thick pale line behind
+    round that cost something; a curve of one point is a dot. A `reference` (another family's best) is a thick pale line behind
     the others, without a band. Returns the mean's line."""
     frames = [m.set_index("round")[column] for m, _ in runs]
     table = pd.concat(frames, axis=1)
@@ -94,6 +94,8 @@ def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", line
         table, xs = table[xs > 0], xs[xs > 0]
     mean = table.mean(axis=1, skipna=False)
     style = dict(lw=4, alpha=0.45, zorder=1) if reference else dict(lw=1.4)
+    if len(xs) == 1:  # one point (a 1-round run on a log axis, round 0 left out): a line would not show
+        style.update(marker="o", ms=5)
     (line,) = ax.plot(xs, mean.to_numpy(), color=color, label=label, ls=linestyle, **style)
     if len(frames) > 1 and not reference:
         ax.fill_between(xs, table.min(axis=1), table.max(axis=1), color=color, alpha=0.25, lw=0)
