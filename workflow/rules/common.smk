@@ -218,25 +218,20 @@ def final_targets():
 
 # ---- Per-rule arguments and resources (fedsim.planning.jobs), bound to this config
 
-(synthetic_args, leaf_args, json_args, json_inputs, arrays_args, dirichlet_args, declared_entry, raw_file,
- fetch_inputs, fetch_args, init_files, run_args, eval_args, train_device, train_gpus, train_mem_mb,
- method_options_text) = (
+(synthetic_args, leaf_args, json_args, arrays_args, dirichlet_args, declared_entry, raw_file, fetch_inputs, fetch_args,
+ init_files, run_args, eval_args, train_device, train_gpus, train_mem_mb, method_options_text) = (
     partial(getattr(jobs, name), config) for name in (
-        "synthetic_args", "leaf_args", "json_args", "json_inputs", "arrays_args", "dirichlet_args", "declared_entry",
-        "raw_file", "fetch_inputs", "fetch_args", "init_files", "run_args", "eval_args", "train_device",
-        "train_gpus", "train_mem_mb", "method_options_text"))
+        "synthetic_args", "leaf_args", "json_args", "arrays_args", "dirichlet_args", "declared_entry", "raw_file",
+        "fetch_inputs", "fetch_args", "init_files", "run_args", "eval_args", "train_device", "train_gpus",
+        "train_mem_mb", "method_options_text"))
 
 
-def raw_inputs(dataset):
-    """The files a dataset is built from, as its kind declares them (fedsim.planning.kinds.raw_inputs): its
-    entry's own files (FEMNIST's LEAF JSON, an .npz) or its raw sources under raw_dir."""
-    sources, files = kinds.raw_inputs(config, dataset)
-    return [raw_path(source) for source in sources] + files
-
-
-def pool_path(dataset):
-    """The dataset file a Dirichlet partition pools."""
-    return dataset_path(dataset_cfg(dataset)["pool"])
+def dataset_inputs(dataset):
+    """The named inputs of a dataset's build, as its kind declares them (fedsim.planning.kinds.inputs):
+    raw sources under raw_dir, files its entry names, another dataset's file."""
+    path_of = {"source": raw_path, "file": str, "dataset": dataset_path}
+    return {name: [path_of[what](value) for what, value in items]
+            for name, items in kinds.inputs(config, dataset).items()}
 
 
 try:  # a partition its built pool cannot hold: one line now, not a failed job later

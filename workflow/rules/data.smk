@@ -29,7 +29,7 @@ rule generate_synthetic:
 rule import_json:
     """Import a dataset given as LEAF-format JSON (the authors' released data/ folders)."""
     input:
-        unpack(lambda wildcards: json_inputs(wildcards.dataset)),
+        unpack(lambda wildcards: dataset_inputs(wildcards.dataset)),
         code=code_fingerprint("leaf.leafjson"),
     output:
         dataset_path(),
@@ -55,7 +55,7 @@ rule import_json:
 rule import_arrays:
     """Import a user's .npz of arrays (x, y; optional device, test): a dataset, or a pool to partition."""
     input:
-        npz=lambda wildcards: raw_inputs(wildcards.dataset),
+        unpack(lambda wildcards: dataset_inputs(wildcards.dataset)),
         code=code_fingerprint("arrays"),
     output:
         dataset_path(),
@@ -74,7 +74,7 @@ rule import_arrays:
     benchmark:
         benchmark_path("import_arrays", "{dataset}")
     shell:
-        "python -m fedsim.warm import-arrays --name {wildcards.dataset} --npz {input.npz} {params.args}"
+        "python -m fedsim.warm import-arrays --name {wildcards.dataset} --npz {input.raw} {params.args}"
         " --out {output} > {log} 2>&1"
 
 
@@ -82,7 +82,7 @@ rule partition_dirichlet:
     """A Dirichlet label partition of another dataset's train and test rows into N devices
     (per class over the devices, or per device over the classes)."""
     input:
-        pool=lambda wildcards: pool_path(wildcards.dataset),
+        unpack(lambda wildcards: dataset_inputs(wildcards.dataset)),
         code=code_fingerprint("partition"),
     output:
         dataset_path(),
@@ -108,7 +108,7 @@ rule partition_dirichlet:
 rule build_dataset:
     """A dataset of a kind declared in a file of its own (a plugin's kinds/: fedsim.planning.kinds), by its build."""
     input:
-        files=lambda wildcards: raw_inputs(wildcards.dataset),
+        files=lambda wildcards: dataset_inputs(wildcards.dataset).get("raw", []),
         code=code_fingerprint("planning.kinds"),
     output:
         dataset_path(),

@@ -32,7 +32,7 @@ rule download:
 rule prepare_shakespeare:
     """LEAF's Shakespeare from the Gutenberg e-book, then LEAF's non-IID sampling."""
     input:
-        raw=lambda wildcards: raw_inputs(wildcards.dataset),
+        unpack(lambda wildcards: dataset_inputs(wildcards.dataset)),
         code=code_fingerprint("leaf.shakespeare"),
     output:
         dataset_path(),
@@ -59,7 +59,7 @@ rule prepare_femnist:
     """FedProx's FEMNIST (letters a-j, 200 devices) from a pool of LEAF JSON files or from
     NIST's by_class.zip."""
     input:
-        raw=lambda wildcards: raw_inputs(wildcards.dataset),
+        unpack(lambda wildcards: dataset_inputs(wildcards.dataset)),
         code=code_fingerprint("leaf.femnist"),
     output:
         dataset_path(),
@@ -87,7 +87,7 @@ rule prepare_femnist62:
     """LEAF's own FEMNIST (62 classes, one device per writer) from LEAF data folders (a writer
     several hold taken from one) or from NIST's by_class.zip and by_write.zip, sampled as LEAF does."""
     input:
-        raw=lambda wildcards: raw_inputs(wildcards.dataset),
+        unpack(lambda wildcards: dataset_inputs(wildcards.dataset)),
         code=code_fingerprint("leaf.femnist62"),
     output:
         dataset_path(),
@@ -115,8 +115,7 @@ rule prepare_sent140:
     """LEAF's Sent140 from Sentiment140's CSVs, tokenised over GloVe (the embedding rows that
     occur are stored in the dataset file)."""
     input:
-        raw=lambda wildcards: raw_path("sent140"),
-        glove=lambda wildcards: raw_path("glove"),
+        unpack(lambda wildcards: dataset_inputs(wildcards.dataset)),
         code=code_fingerprint("leaf.sent140"),
     output:
         dataset_path(),

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..methods import ENTRIES
 from ..settings import clients_per_round_problem
-from .kinds import model_tag, raw_inputs, trains_linear_softmax
+from .kinds import model_tag, sources, trains_linear_softmax
 from ..synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
 
@@ -92,7 +92,7 @@ def dataset_sources(cfg, dataset) -> list[str]:
     if entry["kind"] == "dirichlet":  # the config check has refused a pool that is itself a partition
         pool = entry.get("pool")
         return dataset_sources(cfg, pool) if pool in cfg["datasets"] and pool != dataset else []
-    return raw_inputs(cfg, dataset)[0]
+    return sources(cfg, dataset)
 
 
 def run_tag(cfg, dataset, rounds=None) -> str:

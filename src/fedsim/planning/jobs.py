@@ -212,12 +212,6 @@ def train_mem_mb(cfg, dataset) -> int:
     return 8192 if cfg["datasets"][dataset]["kind"] in BUILT_KINDS else 2048
 
 
-def json_inputs(cfg, dataset) -> dict:
-    """The train and test JSON files or folders of a dataset of kind json."""
-    entry = cfg["datasets"][dataset]
-    return {"train": as_list(entry["train"]), "test": as_list(entry["test"])}
-
-
 # ---------------------------------------------------------------------------------------
 # The code a job runs, from its modules' imports
 # ---------------------------------------------------------------------------------------

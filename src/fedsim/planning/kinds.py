@@ -28,8 +28,15 @@ class Kind:
     poolable: bool = True   # a Dirichlet partition may pool its rows (Sent140's word ids mean nothing
                             # without its file's embedding; fedsim.partition refuses its files too)
     built: bool = False     # built from raw files or other datasets (datasets.csv lists them)
-    sources: tuple[str, ...] = ()  # the raw sources it is built from (`sources:` of the config), unless
-    own_files: str | None = None   # the entry's key naming files of its own to build from instead
+    # The files its rule reads, by input name: raw sources (`sources:` of the config; "raw" replaced by
+    # the files of the entry's key `own_files` where it names some: FEMNIST's LEAF JSON, an .npz), the
+    # files of entry keys of their own (`named_files`: a JSON import's train and test), the dataset it
+    # pools (`pools`: a Dirichlet partition's). fedsim.planning.kinds.inputs reads them; common.smk
+    # makes them paths.
+    sources: dict = field(default_factory=dict)
+    own_files: str | None = None
+    named_files: tuple[str, ...] = ()
+    pools: bool = False
     # an MCLR run's seconds per selected device and local epoch, evaluation included (fedsim.planning.cost)
     mclr_device_epoch_s: float = 0.001
     # A kind declared in a file of its own (a plugin's kinds/<name>.py): its entry's keys, as JSON
@@ -52,12 +59,12 @@ class Kind:
 
 KINDS = {kind.name: kind for kind in (
     Kind("synthetic", "synthetic", mclr_device_epoch_s=0.00025),
-    Kind("json", None),
-    Kind("femnist", "femnist", built=True, sources=("nist_by_class",), own_files="json"),
-    Kind("femnist62", "femnist", built=True, sources=("nist_by_class", "nist_by_write"), own_files="json"),
-    Kind("shakespeare", "shakespeare", built=True, sources=("shakespeare",)),
-    Kind("sent140", "sent140", poolable=False, built=True, sources=("sent140", "glove")),
-    Kind("dirichlet", None, poolable=False, built=True),
+    Kind("json", None, named_files=("train", "test")),
+    Kind("femnist", "femnist", built=True, sources={"raw": ("nist_by_class",)}, own_files="json"),
+    Kind("femnist62", "femnist", built=True, sources={"raw": ("nist_by_class", "nist_by_write")}, own_files="json"),
+    Kind("shakespeare", "shakespeare", built=True, sources={"raw": ("shakespeare",)}),
+    Kind("sent140", "sent140", poolable=False, built=True, sources={"raw": ("sent140",), "glove": ("glove",)}),
+    Kind("dirichlet", None, poolable=False, built=True, pools=True),
     Kind("arrays", None, own_files="npz"),   # a user's .npz: features or images, as its `x` says (fedsim.arrays)
 )}
 
@@ -93,14 +100,34 @@ TOKEN_KINDS = tuple(name for name, kind in KINDS.items() if kind.samples in TOKE
 
 # ---- A dataset entry of a config: what it is built from, its samples and its model
 
-def raw_inputs(cfg, dataset) -> tuple[list[str], list[str]]:
-    """(raw sources, files of its own) a dataset entry is built from: its entry's files where its kind
-    takes some (`own_files`: FEMNIST's LEAF JSON, an .npz) and it names them, else its kind's sources."""
+def inputs(cfg, dataset) -> dict[str, list[tuple[str, str]]]:
+    """The files a dataset entry's build reads, by input name, each ("source", a raw source),
+    ("file", a path the entry names) or ("dataset", another entry of the config), as its kind declares
+    them (Kind.sources, own_files, named_files, pools)."""
     entry, kind = cfg["datasets"][dataset], KINDS[cfg["datasets"][dataset]["kind"]]
+    found = {name: [("source", source) for source in names] for name, names in _source_inputs(entry, kind).items()}
     if kind.own_files and kind.own_files in entry:
-        files = entry[kind.own_files]
-        return [], [files] if isinstance(files, str) else list(files)
-    return list(kind.sources), []
+        found["raw"] = [("file", path) for path in _paths(entry[kind.own_files])]
+    found |= {key: [("file", path) for path in _paths(entry[key])] for key in kind.named_files}
+    if kind.pools:
+        found["pool"] = [("dataset", entry["pool"])]
+    return found
+
+
+def sources(cfg, dataset) -> list[str]:
+    """The raw sources a dataset entry's own build reads."""
+    entry = cfg["datasets"][dataset]
+    return [source for names in _source_inputs(entry, KINDS[entry["kind"]]).values() for source in names]
+
+
+def _source_inputs(entry, kind) -> dict[str, tuple[str, ...]]:
+    """The kind's raw sources by input name, but "raw" where the entry names files of its own instead."""
+    own = kind.own_files is not None and kind.own_files in entry
+    return {name: names for name, names in kind.sources.items() if not (own and name == "raw")}
+
+
+def _paths(value) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def entry_samples(cfg, dataset) -> str | None:
