@@ -395,3 +395,22 @@ def test_a_curve_of_one_point_is_drawn_as_a_dot():
     plt.close(fig)
     assert list(dot.get_xdata()) == [10] and dot.get_marker() == "o"
     assert list(line.get_xdata()) == [10, 20] and line.get_marker() in ("None", None, "")
+
+
+def test_a_log_axis_within_one_decade_labels_its_data_ends():
+    """A short run's costs (20 to 40 vectors) hold no power of ten: the axis is labelled at the
+    data's ends, not left bare; a range across decades keeps matplotlib's own ticks."""
+    import matplotlib.pyplot as plt
+
+    from fedsim.figures import _label_within_a_decade
+
+    fig, (short, wide) = plt.subplots(1, 2)
+    for ax, (lo, hi) in ((short, (20, 40)), (wide, (20, 4000))):
+        ax.plot([lo, hi], [1, 2])
+        ax.set_xscale("log")
+        ax.set_xlim(lo / 1.3, hi * 1.3)
+        _label_within_a_decade(ax)
+    fig.canvas.draw()
+    assert [t.get_text() for t in short.get_xticklabels()] == ["20", "40"]
+    assert list(wide.get_xticks()) != [20, 4000]
+    plt.close(fig)

@@ -354,12 +354,15 @@ def _family_block(block, family, names, keys, panels, tuned, curves, best, metri
             _panel(ax, mine, tuned, metric, x, legend=row == len(SUCCESSOR_AXES) - 1, panel_k=panel_k,
                    log_x=axis != "rounds", y_top=top)
             ax.set_xlim(*_x_range(panels[key], x, log=axis != "rounds"))
+            if axis != "rounds":
+                _label_within_a_decade(ax)
             if row == 0:
                 ax.set_title(dataset_title(panels[key][0][1]), fontsize=9)
             ax.set_xlabel(x_label, fontsize=8)
             ax.set_ylabel(METRICS.get(metric, metric), fontsize=8)
             ax.tick_params(labelsize=7)
-    block.suptitle(family_title(family, names), fontsize=10, fontweight="bold")
+    width = int(11 * PANEL_INCHES[0] * len(keys))  # characters of 10-pt bold across the block: no overlap
+    block.suptitle("\n".join(textwrap.wrap(family_title(family, names), width)), fontsize=10, fontweight="bold")
 
 
 def _loss_top(curves: dict, metric: str) -> float | None:
@@ -378,6 +381,17 @@ def _x_range(runs, x: str, log: bool) -> tuple[float, float]:
     values = values[np.isfinite(values) & (values > 0 if log else True)]
     lo, hi = values.min(), values.max()
     return (lo / 1.3, hi * 1.3) if log else (lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))
+
+
+def _label_within_a_decade(ax) -> None:
+    """A log x range that holds no power of ten (a short run's costs) gets its data's ends as ticks:
+    matplotlib would label none there (the minor labels are off: across a decade they overlap)."""
+    lo, hi = ax.get_xlim()
+    if np.ceil(np.log10(lo)) <= np.floor(np.log10(hi)):
+        return
+    ends = sorted({float(f"{lo * 1.3:.6g}"), float(f"{hi / 1.3:.6g}")})  # _x_range's margins taken off
+    ax.xaxis.set_major_locator(FixedLocator(ends))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:,.0f}" if value >= 100 else f"{value:.3g}"))
 
 
 def decrease_table(metrics: pd.DataFrame) -> pd.DataFrame:
