@@ -189,3 +189,71 @@ def test_an_experiments_own_grid_replaces_the_method_files_for_that_experiment_o
     runs = experiments.tuning_runs(cfg, experiments.plan(cfg))
     values = {method: {run.mu for run in runs if run.method == method} for method in ("scaffnew", "feddyn")}
     assert values == {"scaffnew": {"0.05", "0.1", "0.2"}, "feddyn": {"0.001", "0.01", "0.1", "1"}}
+
+
+def lr_tuned_config(**figure1):
+    """The default config with figure1 tuning every method's client lr (Synthetic's lr is 0.01), and beyond,
+    which tunes FedDANE in figure1's setting, over the same lrs."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    for name in ("figure1", "beyond"):
+        cfg["experiments"][name].update(lr_grid=[0.003, 0.01, 0.03], **figure1)
+    check_config(cfg, SCHEMA, REPO)
+    return cfg
+
+
+def test_an_lr_grid_tunes_every_methods_lr_jointly_with_its_setting():
+    """Each method runs at every lr of the grid (FedDANE at every (mu, lr) pair); a run at the dataset's own
+    lr keeps its folder, one at another lr has '_lr<lr>' in its name; FedAvg and FedProx become tuned."""
+    cfg = lr_tuned_config(lr_grids={"fedprox": [0.01, 0.1]})
+    plan = experiments.plan(cfg)
+    mine = plan[(plan["experiment"] == "figure1") & (plan["dataset"] == "synthetic_1_1") & (plan["seed"] == "0")]
+    pairs = {m: set(zip(mine[mine["method"] == m]["mu"], mine[mine["method"] == m]["T"])) for m in ("fedavg", "fedprox")}
+    assert pairs == {"fedavg": {("0", "_lr0.003"), ("0", ""), ("0", "_lr0.03")},
+                     "fedprox": {("1", ""), ("1", "_lr0.1")}}  # FedProx's own lr grid; its mu the dataset's
+    assert len(mine[mine["method"] == "feddane"]) == 5 * 3
+    assert experiments.tuned_methods(cfg)[:3] == ["fedavg", "fedprox", "feddane"]
+    tuning = experiments.tuning_runs(cfg, plan)
+    assert {r.T for r in tuning if r.method == "fedavg"} == {"_lr0.003", "", "_lr0.03"}
+    assert "synthetic_1_1/fedavg/mu0_K10_E20_lr0.03_seed0" in {stem(r) for r in tuning}
+    assert experiments.tag_lr(cfg, "synthetic_1_1", "_lr0.03") == 0.03
+    assert experiments.tag_lr(cfg, "synthetic_1_1", "") == 0.01
+
+
+def test_an_experiment_taking_its_values_from_an_lr_tuning_runs_the_chosen_pair():
+    """figure2 and figure3 (mu_from: figure1) wait for figure1's tuning, then run each method at the (mu, lr)
+    it chose there: FedAvg too, whose lr is now chosen."""
+    cfg = lr_tuned_config()
+    before = experiments.plan(cfg)
+    waiting = before[(before["experiment"] == "figure3") & (before["mu"] == "tuned")]
+    assert set(waiting["method"]) == {"fedavg", "fedprox", "feddane", "feddane_authors"}
+    assert experiments.after_tuning(cfg)
+    tuned = [{"method": m, "dataset": d, "clients_per_round": 10, "epochs": 20, "rounds": 200, "chosen": mu, "lr": lr}
+             for d in cfg["experiments"]["figure1"]["datasets"]
+             for m, mu, lr in (("fedavg", 0, 0.03), ("fedprox", 1, 0.01), ("feddane", 0.1, 0.003),
+                               ("feddane_authors", 1, 0.01))]
+    after = experiments.plan(cfg, tuned)
+    figure3 = after[(after["experiment"] == "figure3") & (after["dataset"] == "synthetic_1_1")]
+    assert dict(zip(figure3["method"], zip(figure3["mu"], figure3["T"]))) == {
+        "fedavg": ("0", "_lr0.03"), "fedprox": ("1", ""), "feddane": ("0.1", "_lr0.003"), "feddane_authors": ("1", "")}
+    shown = experiments.experiment_runs(cfg, "figure1", tuned, chosen_only=True)
+    assert {(r.method, r.mu, r.T) for r in shown if r.dataset == "synthetic_1_1" and r.seed == "0"} == {
+        ("fedavg", "0", "_lr0.03"), ("fedprox", "1", ""), ("feddane", "0.1", "_lr0.003"), ("feddane_authors", "1", "")}
+
+
+@pytest.mark.parametrize("edit, path, problem", [
+    (lambda c: c["experiments"]["theory"].update(lr_grid=[0.1]), "experiments.theory.lr_grid", "not with `mu`"),
+    (lambda c: c["experiments"]["figure2"].update(lr_grid=[0.1]), "experiments.figure2.lr_grid",
+     "not with `mu_from` (the lr is tuned in experiment figure1)"),
+    (lambda c: c["experiments"]["figure1"].update(lr_grid=[0]), "experiments.figure1.lr_grid[0]",
+     "less than or equal to the minimum of 0"),
+    # two experiments tuning FedDANE in one setting over different lrs: one choice could not serve both
+    (lambda c: c["experiments"].update(again=dict(c["experiments"]["figure1"], lr_grid=[0.1, 1])) or
+     c["experiments"]["again"].pop("figure"), "experiments.again.lr_grid",
+     "tunes feddane on synthetic_iid over other values than experiment figure1 does in the same setting"),
+])
+def test_an_lr_grid_mistake_is_one_config_error(edit, path, problem):
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    edit(cfg)
+    with pytest.raises(ConfigError) as caught:
+        check_config(cfg, SCHEMA, REPO)
+    assert caught.value.path == path and problem in caught.value.problem, caught.value

@@ -212,6 +212,30 @@ def test_tuning_figure_marks_the_chosen_mu_and_diverged_runs(tmp_path, drawn):
     assert any(line.get_marker() == "x" and list(line.get_xdata()) == [0] for line in axes[1].get_lines())
 
 
+def test_a_tuned_lr_is_drawn_at_its_choice_and_along_its_own_axis(tmp_path, drawn):
+    """With an lr grid, a curve shows its method at the chosen (value, lr) pair, its legend naming the lr;
+    the tuning figure gets a client-lr row (FedAvg, tuned over its lr alone, is there only) beside mu's,
+    each method's line through its chosen point and starred there."""
+    loss = {(0.1, 0.01): 1.5, (0.1, 0.1): 0.9, (1, 0.01): 1.0, (1, 0.1): 2.0}
+    runs = [fake_run(tmp_path, mu=mu, lr=lr, losses=[3, 2, 2, 2, v]) for (mu, lr), v in loss.items()]
+    runs += [fake_run(tmp_path, method="fedavg", lr=lr, losses=[3, 2, 2, 2, v]) for lr, v in ((0.01, 1.4), (0.1, 1.2))]
+    tuned = pd.DataFrame([{"dataset": "synthetic_0_0", "method": m, "clients_per_round": 10, "epochs": 20,
+                           "rounds": 4, "chosen": mu, "lr": lr} for m, mu, lr in (("feddane", 0.1, 0.1),
+                                                                                   ("fedavg", 0, 0.1))])
+    figures.FIGURES["figure1"](runs, tuned, tmp_path / "f.pdf")
+    assert set(lines(drawn[0].axes[0])) == {"FedAvg (lr=0.1)", "FedDANE (μ=0.1, lr=0.1)"}
+    figures.tuning_figure(runs, tuned, tmp_path / "t.pdf", fraction=0.5)
+    mu_row, lr_row = drawn[1].axes
+    assert [ax.get_xlabel() for ax in (mu_row, lr_row)] == ["μ", "client lr"]
+    assert set(lines(mu_row)) == {"FedDANE"} and set(lines(lr_row)) == {"FedAvg", "FedDANE"}
+    assert list(lines(mu_row)["FedDANE"].get_ydata()) == [1.45, 2.0]  # at lr 0.1, the chosen (tails of 2 rounds)
+    assert list(lines(lr_row)["FedDANE"].get_ydata()) == [1.75, 1.45]  # at mu 0.1, the chosen
+    stars = {(ax.get_xlabel(), line.get_color()): line.get_xdata()[0] for ax in (mu_row, lr_row)
+             for line in ax.get_lines() if line.get_marker() == "*"}
+    assert stars == {("μ", figures.COLORS["feddane"]): 0.1, ("client lr", figures.COLORS["feddane"]): 0.1,
+                     ("client lr", figures.COLORS["fedavg"]): 0.1}
+
+
 def test_cli_writes_pdf_and_png(tmp_path):
     runs = panel_runs(tmp_path)
     tuned = tmp_path / "tuned.csv"

@@ -52,6 +52,32 @@ def test_tune_picks_the_lowest_seed_mean_per_setting(tmp_path):
     assert len(tune(runs, ["feddane"], fraction=0.5)) == 2  # only the method asked for
 
 
+def test_the_client_lr_is_tuned_jointly_with_the_methods_setting(tmp_path):
+    """Where runs differ in lr (an experiment's lr grid), the choice is the (value, lr) pair with the lowest
+    tail loss, not the best value at each lr: FedAvg chooses its lr alone, FedDANE a mu and an lr together.
+    The findings name both and flag an lr at its grid's edge."""
+    dane = {(mu, lr): fake_run(tmp_path, mu=mu, lr=lr, losses=[3, 2, loss])
+            for (mu, lr), loss in {(0.1, 0.01): 1.5, (0.1, 0.1): 0.9, (1, 0.01): 1.0, (1, 0.1): 2.0}.items()}
+    avg = {lr: fake_run(tmp_path, method="fedavg", lr=lr, losses=[3, 2, loss])
+           for lr, loss in ((0.01, 1.4), (0.03, 1.1), (0.1, 1.2))}
+    table = tune([*dane.values(), *avg.values()], ["feddane", "fedavg"], fraction=0.5).set_index("method")
+    assert table.loc["feddane", ["chosen", "lr"]].tolist() == [0.1, 0.1]
+    assert table.loc["feddane", "candidates"] == "0.1;0.1;1;1" and table.loc["feddane", "lr_candidates"] == "0.01;0.1;0.01;0.1"
+    assert table.loc["feddane", "scores"] == "1.5;0.9;1;2"
+    assert table.loc["fedavg", ["chosen", "lr"]].tolist() == [0, 0.03]
+    tuned = tmp_path / "tuned_mu.csv"
+    table.reset_index().to_csv(tuned, index=False)
+    out = tmp_path / "findings.csv"
+    assert cli.main(["findings", "--fraction", "0.5", "--tuned", str(tuned), "--out", str(out), dane[0.1, 0.1],
+                     avg[0.03]]) == 0
+    rows = read_csv(out).set_index("method")
+    assert rows.loc["feddane", ["tuned", "grid_edge", "lr_edge"]].tolist() == ["mu 0.1, lr 0.1", "lowest", "highest"]
+    assert rows.loc["fedavg", ["tuned", "lr_edge"]].tolist() == ["lr 0.03", "inside"]
+    assert rows.loc["feddane", "rank"] == 1  # methods at their own lrs share one panel
+    with pytest.raises(ValueError, match="several values of its setting or lr"):
+        findings([dane[0.1, 0.1], dane[0.1, 0.01]], fraction=0.5)
+
+
 def test_tune_without_runs_of_the_method_is_an_error(tmp_path):
     with pytest.raises(ValueError, match="no runs of feddane, feddane_authors to tune"):
         tune([fake_run(tmp_path, method="fedavg")], ["feddane", "feddane_authors"], 0.1)
@@ -175,6 +201,10 @@ def test_findings_carry_the_figures_label_and_say_where_a_tuned_value_sits_in_it
     assert {key: (r["label"], r["grid_edge"]) for key, r in rows.items()} == {
         ("feddane", 10): ("FedDANE", "highest"), ("fedopt", 10): ("FedAdam", "inside"),
         ("fedavg", 10): ("FedAvg", ""), ("fedprox", 10): ("FedProx", ""), ("feddane", 5): ("FedDANE", "highest")}
-    assert list(table.columns[:10]) == ["dataset", "clients_per_round", "epochs", "rounds", "method", "label",
-                                        "setting", "value", "grid_edge", "seeds"]
+    assert list(table.columns[:13]) == ["dataset", "clients_per_round", "epochs", "rounds", "method", "label",
+                                        "setting", "value", "lr", "tuned", "grid_edge", "lr_edge", "seeds"]
+    assert {key: r["tuned"] for key, r in rows.items()} == {
+        ("feddane", 10): "mu 1", ("fedopt", 10): "server lr 0.1", ("fedavg", 10): "-", ("fedprox", 10): "mu 1",
+        ("feddane", 5): "mu 1"}
+    assert set(table["lr_edge"]) == {""}  # no lr grid: the lr was not tuned
     assert set(findings(figure, fraction=0.5)["grid_edge"]) == {""}  # no tuning given: nothing to say

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 import yaml
@@ -594,6 +596,39 @@ def test_an_experiment_without_a_tuned_method_runs_to_its_figures(tmp_path):
         assert (results / "figures" / f"{name}.png").stat().st_size > 0
         assert (results / "summary" / f"findings_{name}.csv").is_file()
     assert len(read_csv(results / "summary" / "runs.csv")) == 3
+
+
+def test_an_lr_grid_tunes_each_method_and_the_next_experiment_runs_its_choice(tmp_path):
+    """figure1 tunes FedAvg's client lr, and FedDANE's jointly with its mu; figure2 (mu_from: figure1)
+    then runs each at the pair chosen. A run's folder names an lr other than its dataset's, and it trains
+    at that lr; the tables and the figures say which lr each method ran at."""
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    cfg = tiny_config()
+    cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=2)}  # lr 0.01
+    common = {"datasets": ["synthetic_iid"], "methods": ["fedavg", "feddane"], "epochs": 1}
+    cfg["experiments"] = {
+        "figure1": {"figure": "figure1", **common, "clients_per_round": 3, "lr_grid": [0.01, 0.1]},
+        "figure2": {"figure": "figure2", **common, "clients_per_round": [1], "mu_from": "figure1"},
+    }
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--cores", "2")
+    assert code == 0, out
+    results = workdir / "results"
+    runs = {Path(row["run"]).parent.relative_to("results/runs").as_posix(): row
+            for row in read_csv(results / "summary" / "runs.csv")}
+    assert float(runs["synthetic_iid/fedavg/mu0_K3_E1_lr0.1_seed0"]["lr"]) == 0.1
+    assert float(runs["synthetic_iid/fedavg/mu0_K3_E1_seed0"]["lr"]) == 0.01
+    assert len([r for r in runs if "feddane" in r and "_K3_" in r]) == len(TINY_GRID) * 2
+    tuned = {row["method"]: row for row in read_csv(results / "summary" / "tuned_mu.csv")}
+    assert set(tuned) == {"fedavg", "feddane"} and tuned["fedavg"]["lr_candidates"] == "0.01;0.1"
+    for method, row in tuned.items():  # figure2 ran the pair figure1 chose
+        lr = "" if float(row["lr"]) == 0.01 else f"_lr{float(row['lr']):g}"
+        assert f"synthetic_iid/{method}/mu{float(row['chosen']):g}_K1_E1{lr}_seed0" in runs
+    findings = {row["method"]: row for row in read_csv(results / "summary" / "findings_figure1.csv")}
+    assert findings["fedavg"]["tuned"] == f"lr {float(tuned['fedavg']['lr']):g}"
+    assert findings["feddane"]["tuned"].startswith("mu ") and ", lr " in findings["feddane"]["tuned"]
+    assert findings["fedavg"]["lr_edge"] in ("lowest", "highest")  # a grid of two: always at an edge
+    assert (results / "figures" / "tuning.png").stat().st_size > 0
 
 
 def test_a_workflow_runs_its_own_checkouts_code(tmp_path):

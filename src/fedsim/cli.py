@@ -618,7 +618,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("tuning-figure", help="FedDANE's tail training loss against mu, per dataset")
     p.add_argument("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)")
-    p.add_argument("--methods", nargs="+", default=tuned, help="the tuned methods to show (those with runs)")
+    p.add_argument("--methods", nargs="+", help="the tuned methods to show (default: those --tuned has rows of)")
     p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION)
     p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
     p.add_argument("runs", nargs="+")

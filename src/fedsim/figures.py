@@ -107,26 +107,45 @@ def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", line
     return line
 
 
-def _tuned_mu(tuned: pd.DataFrame | None, key: tuple, method: str) -> float | None:
-    """The mu chosen for `method` (a variant name) in the setting `key` in tuned_mu.csv, if any."""
+def _tuned_mu(tuned: pd.DataFrame | None, key: tuple, method: str) -> tuple[float, float | None] | None:
+    """The value (mu or tuned option) and client lr chosen for `method` (a variant name) in the setting `key`
+    in tuned_mu.csv, if any (lr None: a table from before the lr was tuned)."""
     if tuned is None:
         return None
     dataset, k, e, rounds = key
     variants = tuned.apply(lambda row: variant_of(row.to_dict()), axis=1) if len(tuned) else []
     rows = tuned[(tuned["dataset"] == dataset) & (tuned["clients_per_round"] == k)
                  & (tuned["epochs"] == e) & (tuned["rounds"] == rounds) & (variants == method)]
-    return float(rows["chosen"].iloc[0]) if len(rows) else None
+    if not len(rows):
+        return None
+    return float(rows["chosen"].iloc[0]), float(rows["lr"].iloc[0]) if "lr" in rows else None
+
+
+def _lr_tuned(tuned: pd.DataFrame | None, runs) -> bool:
+    """Whether tuned_mu.csv chose an lr among several for some method in the settings of `runs`."""
+    if tuned is None or "lr_candidates" not in tuned or not len(tuned):
+        return False
+    keys = {setting(record) for _, record in runs}
+    mine = tuned[[key in keys for key in zip(tuned["dataset"], tuned["clients_per_round"], tuned["epochs"],
+                                               tuned["rounds"])]]
+    return any(len(set(str(lrs).split(";"))) > 1 for lrs in mine["lr_candidates"])
+
+
+def _values(record: dict) -> tuple[float, float]:
+    """A run's value of its method's setting and its client lr: what tuning chooses between."""
+    return setting_value(record["config"]), float(record["config"]["lr"])
 
 
 def _method_runs(runs, method: str, tuned: pd.DataFrame | None):
     """The runs of one curve (`method`: a variant name). A method given at several values of its
-    setting (mu, or its tuned option) is shown at its tuned one only."""
+    setting (mu, or its tuned option) or client lrs is shown at its tuned ones only."""
     mine = [(m, r) for m, r in runs if variant_of(r["config"]) == method]
-    if len({setting_value(r["config"]) for _, r in mine}) > 1:
+    if len({_values(r) for _, r in mine}) > 1:
         chosen = _tuned_mu(tuned, setting(mine[0][1]), method)
         if chosen is None:
             raise ValueError(f"{method} runs at several values and no tuned one for {setting(mine[0][1])}")
-        mine = [(m, r) for m, r in mine if setting_value(r["config"]) == chosen]
+        value, lr = chosen
+        mine = [(m, r) for m, r in mine if _values(r)[0] == value and lr in (None, _values(r)[1])]
     return mine
 
 
@@ -158,12 +177,15 @@ def _top_of(ys: dict) -> float:
     return 1.15 * max(v for v in base if np.isfinite(v))
 
 
-def curve_label(method: str, record: dict, panel_k=None) -> str:
-    """A curve's legend entry: the method, the value of its setting (μ=0.01, α=0.1) where it has one, and
-    its K where it differs from the panel's (a method that needs every device beside sampling ones)."""
+def curve_label(method: str, record: dict, panel_k=None, show_lr: bool = False) -> str:
+    """A curve's legend entry: the method, the value of its setting (μ=0.01, α=0.1) where it has one, its
+    client lr where the panel's runs differ in it (tuned), and its K where it differs from the panel's
+    (a method that needs every device beside sampling ones)."""
     entry, config = ENTRIES[method], record["config"]
     shown = [] if entry.method.mu == "none" and not entry.method.tuned else \
         [f"{SYMBOLS.get(entry.method.setting_name, entry.method.setting_name)}={setting_value(config):g}"]
+    if show_lr:
+        shown.append(f"lr={config['lr']:g}")
     if panel_k is not None and config["clients_per_round"] != panel_k:
         shown.append(f"K={config['clients_per_round']}")
     return LABELS[method] + (f" ({', '.join(shown)})" if shown else "")
@@ -172,12 +194,10 @@ def curve_label(method: str, record: dict, panel_k=None) -> str:
 def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=None, log_x: bool = False,
            y_top: float | None = None) -> float | None:
     """Draw one panel's curves; returns its loss range's top (None for accuracy)."""
-    lines = {}
-    for method in LABELS:
-        selected = _method_runs(runs, method, tuned)
-        if not selected:
-            continue
-        label = curve_label(method, selected[0][1], panel_k)
+    lines, curves = {}, {m: c for m in LABELS if (c := _method_runs(runs, m, tuned))}
+    show_lr = len({record["config"]["lr"] for _, record in runs}) > 1 or _lr_tuned(tuned, runs)
+    for method, selected in curves.items():
+        label = curve_label(method, selected[0][1], panel_k, show_lr)
         lines[method] = _curve(ax, selected, metric, label, COLORS[method], x, LINESTYLES[method], log_x)
     if log_x:
         ax.set_xscale("log")
@@ -465,25 +485,32 @@ def _decrease_panel(ax, tables: list[pd.DataFrame]) -> None:
             bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
 
 
-def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods=TUNED) -> None:
+def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods=None) -> None:
     """The tuning criterion (mean training loss over the last rounds) against the tuned setting: one
     column per dataset, one row per setting (mu; and FedDyn's alpha, S-DANE's lambda, a server lr, ...
-    where such methods are tuned), one line per tuned method and setting; band: min-max over seeds;
-    a star marks the chosen value, a cross at the top edge a diverged run."""
+    where such methods are tuned; the client lr last, where an lr grid tuned it jointly), one line per
+    tuned method and setting, through its chosen point (a setting's row at the chosen lr, the lr's row at
+    the chosen value); band: min-max over seeds; a star marks the chosen value, a cross at the top edge a
+    diverged run. `methods`: the variants to show; default: those `tuned` has rows of (a method tuned over
+    its lr alone, FedAvg, among them)."""
     runs = load_runs(info_paths)
-    scores = tuning_scores(runs, methods, fraction)
+    if methods is None:
+        named = {variant_of(row) for row in tuned.to_dict("records")} if tuned is not None else set()
+        methods = [m for m in ENTRIES if m in named] or TUNED  # in legend order
+    profiles = tuning_profiles(tuning_scores(runs, methods, fraction), tuned)
     first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
-    datasets = sorted(set(scores["dataset"]), key=lambda name: panel_order(first[name]))
-    names = sorted(set(scores["setting"]), key=lambda n: (list(SYMBOLS).index(n) if n in SYMBOLS else len(SYMBOLS), n))
+    datasets = sorted(set(profiles["dataset"]), key=lambda name: panel_order(first[name]))
+    order = [*SYMBOLS, "lr"]
+    names = sorted(set(profiles["axis"]), key=lambda n: (order.index(n) if n in order else len(SYMBOLS), n))
     fig, axes = plt.subplots(len(names), len(datasets), figsize=(3.4 * len(datasets), 3.0 * len(names)),
                              squeeze=False)
-    for row, setting_name in enumerate(names):
+    for row, axis_name in enumerate(names):
         for ax, name in zip(axes[row], datasets):
-            data = scores[(scores["dataset"] == name) & (scores["setting"] == setting_name)]
+            data = profiles[(profiles["dataset"] == name) & (profiles["axis"] == axis_name)]
             if len(data):
-                _tuning_panel(ax, data, tuned, name)
+                _tuning_panel(ax, data)
             ax.set_title(dataset_title(first[name]), fontsize=10)
-            ax.set_xlabel(SYMBOLS.get(setting_name, setting_name))
+            ax.set_xlabel("client lr" if axis_name == "lr" else SYMBOLS.get(axis_name, axis_name))
         if not any(each.get_legend() for each in axes[row]):  # a colour per method: one legend, in the first panel
             handles = {}
             for each in axes[row]:
@@ -493,14 +520,36 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
     save(fig, out)
 
 
-def _tuning_panel(ax, data: pd.DataFrame, tuned, name: str) -> None:
-    """One dataset's tuning curves of one setting (the methods tuned over it)."""
+def tuning_profiles(scores: pd.DataFrame, tuned: pd.DataFrame | None) -> pd.DataFrame:
+    """The tuning scores as the figure draws them, each with its row (`axis`), position (`x`) and whether it
+    is the chosen point (`chosen`): in its setting's row, a method's runs at its chosen lr; in the lr row
+    (where its lr was tuned), its runs at its chosen value. A method tuned over its lr alone (FedAvg) is
+    in the lr row only."""
+    parts = []
+    for (variant, name, k, e, rounds), group in scores.groupby(["variant", "dataset", "clients_per_round",
+                                                                  "epochs", "rounds"]):
+        chosen = _tuned_mu(tuned, (name, k, e, rounds), variant)
+        value, lr = chosen if chosen is not None else (None, None)
+        several_lrs = group["lr"].nunique() > 1
+        if group["value"].nunique() > 1 or not several_lrs:
+            at = group[np.isclose(group["lr"], lr)] if several_lrs and lr is not None else group
+            parts.append(at.assign(axis=at["setting"], x=at["value"], chosen=np.isclose(at["value"], value)
+                                   if value is not None else False))
+        if several_lrs:
+            at = group[np.isclose(group["value"], value)] if value is not None else group
+            parts.append(at.assign(axis="lr", x=at["lr"], chosen=np.isclose(at["lr"], lr) if lr is not None
+                                   else False))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _tuning_panel(ax, data: pd.DataFrame) -> None:
+    """One dataset's tuning curves along one axis (a setting, or the client lr)."""
     finite = data.loc[np.isfinite(data["score"]), "score"]
     top = 2 * finite.max() if len(finite) else 10.0
     # a method tuned in several settings (K, E) of the panel: a line and a colour per setting
     several = data.groupby("variant")[["clients_per_round", "epochs", "rounds"]].nunique().max().max() > 1
     for (variant, k, e, rounds), group in data.groupby(["variant", "clients_per_round", "epochs", "rounds"]):
-        stats = group.groupby("value")["score"].agg(["mean", "min", "max"])
+        stats = group.groupby("x")["score"].agg(["mean", "min", "max"])
         label = LABELS[variant] + (f", K={k}, E={e}" if several else "")
         style = dict(color=COLORS[variant], ls=LINESTYLES[variant]) if not several else {}
         line = ax.plot(stats.index, stats["mean"].clip(upper=top), marker="o", ms=3, label=label, **style)[0]
@@ -509,10 +558,10 @@ def _tuning_panel(ax, data: pd.DataFrame, tuned, name: str) -> None:
         dead = stats.index[~np.isfinite(stats["max"])]
         if len(dead):  # (an empty unclipped line would stretch the layout to the origin)
             ax.plot(dead, [top] * len(dead), "x", color=line.get_color(), ms=8, clip_on=False)
-        chosen = _tuned_mu(tuned, (name, k, e, rounds), variant)
-        if chosen is not None and chosen in stats.index:
-            ax.plot(chosen, stats.loc[chosen, "mean"], "*", color=line.get_color(), ms=13)
-    _grid_axis(ax, sorted(data["value"].unique()))
+        chosen = group.loc[group["chosen"], "x"].unique()
+        if len(chosen):
+            ax.plot(chosen[0], min(stats.loc[chosen[0], "mean"], top), "*", color=line.get_color(), ms=13)
+    _grid_axis(ax, sorted(data["x"].unique()))
     dead = not np.isfinite(data["score"]).all()
     _score_axis(ax, [*finite, *([top] if dead else [])])
     if several:  # labels and colours differ by panel: each its own legend

@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from .methods import LABELS, REGISTRY, options_of, resolve, setting_value, variant_of
+from .methods import ENTRIES, LABELS, REGISTRY, options_of, resolve, setting_value, variant_of
 from .settings import TAIL_FRACTION, RunConfig, setting_columns
 from .records import COUNT_COLUMNS, read_run
 
@@ -30,11 +30,14 @@ TAIL_COLUMNS = ["tail_train_loss", "tail_test_acc"]
 
 
 def group_columns(columns: list[str]) -> list[str]:
-    """A tuning group's key: every setting but the two tuned over (mu) and averaged over (seed)."""
+    """A curve's key: every setting but the one tuned over (mu) and the one averaged over (seed)."""
     return [c for c in columns if c not in ("mu", "seed")]
 
 
 GROUP_COLUMNS = group_columns(SETTING_COLUMNS)
+# A tuning group's key: a curve's, less the client lr, which is tuned jointly with the method's setting
+# where an experiment gives an lr grid (one lr in the group otherwise: the choice is the setting's alone)
+TUNE_COLUMNS = [c for c in GROUP_COLUMNS if c != "lr"]
 
 
 def run_settings(record: dict, columns=SETTING_COLUMNS) -> dict:
@@ -118,22 +121,26 @@ def tuning_scores(runs, methods, fraction: float) -> pd.DataFrame:
 
 def tune(info_paths, methods, fraction: float) -> pd.DataFrame:
     """For each method of `methods` and each of its settings, the value of its tuned setting (mu, or
-    an option such as FedDyn's alpha) whose runs reach the lowest tail loss (mean over seeds)."""
+    an option such as FedDyn's alpha) and the client lr whose runs reach the lowest tail loss (mean over
+    seeds). `candidates`, `lr_candidates` and `scores` list every (value, lr) pair tried, aligned; `lr`
+    is the chosen one's."""
     runs = tuning_scores(map(read_run, info_paths), methods, fraction)
-    scores = runs.groupby([*GROUP_COLUMNS, "setting", "value"], as_index=False)["score"].mean()
+    scores = runs.groupby([*TUNE_COLUMNS, "setting", "value", "lr"], as_index=False)["score"].mean()
     criterion = f"lowest mean train_loss over the last {fraction:g} of rounds, mean over seeds; diverged = inf"
     table = []
-    for key, group in scores.groupby([*GROUP_COLUMNS, "setting"], sort=False):
-        group = group.sort_values("value")
-        best = group.iloc[int(np.argmin(group["score"].to_numpy()))]  # ties: the smallest value
-        table.append({**dict(zip([*GROUP_COLUMNS, "setting"], key)),
+    for key, group in scores.groupby([*TUNE_COLUMNS, "setting"], sort=False):
+        group = group.sort_values(["value", "lr"])
+        best = group.iloc[int(np.argmin(group["score"].to_numpy()))]  # ties: the smallest value, then lr
+        table.append({**dict(zip([*TUNE_COLUMNS, "setting"], key)), "lr": best["lr"],
                       "candidates": ";".join(f"{m:g}" for m in group["value"]),
+                      "lr_candidates": ";".join(f"{m:g}" for m in group["lr"]),
                       "scores": ";".join(f"{s:.6g}" for s in group["score"]),
                       "chosen": best["value"], "score": best["score"], "criterion": criterion})
-    return pd.DataFrame(table)
+    return pd.DataFrame(table, columns=[*GROUP_COLUMNS, "setting", "candidates", "lr_candidates", "scores", "chosen",
+                                        "score", "criterion"])
 
 
-FINDING_SETTING = [c for c in GROUP_COLUMNS if c not in ("method", "options")]  # what a panel holds fixed
+FINDING_SETTING = [c for c in TUNE_COLUMNS if c not in ("method", "options")]  # what a panel holds fixed
 
 
 def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False,
@@ -150,9 +157,9 @@ def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False
     runs = runs.drop(columns="options").join(views)
     curve = [*GROUP_COLUMNS, "setting", "value"]
     panel = [c for c in FINDING_SETTING if not (across_k and c == "clients_per_round")]
-    if runs.groupby([*FINDING_SETTING, "method", "options"])["value"].nunique().max() > 1:
-        raise ValueError("findings: a method at several values of its setting in one panel; give a figure's runs "
-                         "(one each)")
+    if runs.groupby([*FINDING_SETTING, "method", "options"])[["value", "lr"]].nunique().max().max() > 1:
+        raise ValueError("findings: a method at several values of its setting or lr in one panel; give a figure's "
+                         "runs (one each)")
     stats = runs.groupby(curve, sort=False).agg(
         seeds=("seed", "nunique"),
         **{f"{c}{s}": (c, f) for c in [*TAIL_COLUMNS, *COST_COLUMNS] for s, f in (("", "mean"), ("_min", "min"),
@@ -164,31 +171,52 @@ def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False
     stable = per_seed.groupby(curve, sort=False)["rank"].nunique().eq(1).rename("rank_every_seed").reset_index()
     stats = stats.merge(stable, on=curve)
     stats["label"] = stats["method"].map(LABELS)
-    stats["grid_edge"] = [grid_edge(tuned, row) for row in stats.to_dict("records")]
-    columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "label", "setting", "value",
-               "grid_edge", "seeds", *stats.columns[len(curve) + 1:-2]]
+    stats["grid_edge"] = [grid_edge(tuned, row) if _setting_tuned(row["method"]) else "" for row in
+                          stats.to_dict("records")]
+    stats["lr_edge"] = [grid_edge(tuned, row, "lr") for row in stats.to_dict("records")]
+    stats["tuned"] = [tuned_text(row) for row in stats.to_dict("records")]
+    columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "label", "setting", "value", "lr",
+               "tuned", "grid_edge", "lr_edge", "seeds", *stats.columns[len(curve) + 1:-4]]
     return stats[columns].sort_values(["dataset", *([] if across_k else ["clients_per_round"]), "epochs", "rank"],
                                       kind="stable")
 
 
-def grid_edge(tuned: pd.DataFrame | None, curve: dict) -> str:
-    """Where a findings curve's value sits in the grid it was tuned over: `lowest` or `highest` (an
-    edge: the best value may lie beyond it), `inside`, `only` (a grid of one), or "" where it was not
-    tuned (a fixed value). The grid is tuned_mu.csv's row of the curve's setting; without one (a value
-    taken from another experiment's tuning, `mu_from`), the rows of its dataset, method and setting
-    that chose this value, where they agree."""
+def _setting_tuned(variant: str) -> bool:
+    """Whether a method's setting is tuned (FedAvg's is not, though an lr grid tunes its lr)."""
+    method = ENTRIES[variant].method
+    return bool(method.tuned) or method.mu == "tuned"
+
+
+def tuned_text(curve: dict) -> str:
+    """What a findings curve runs at, as the docs' tables name it: its setting's value where it has one
+    (`mu 0.01`, `eps 0.1`) and its client lr where that was tuned (`lr 0.03`); '-' for neither."""
+    method = ENTRIES[curve["method"]].method
+    shown = [] if method.mu == "none" and not method.tuned else [f"{curve['setting'].replace('_', ' ')} {curve['value']:g}"]
+    if curve["lr_edge"]:
+        shown.append(f"lr {curve['lr']:g}")
+    return ", ".join(shown) or "-"
+
+
+def grid_edge(tuned: pd.DataFrame | None, curve: dict, of: str = "value") -> str:
+    """Where a findings curve's value (`of`: "value", its setting's; "lr", its client lr) sits in the grid it
+    was tuned over: `lowest` or `highest` (an edge: the best value may lie beyond it), `inside`, `only`
+    (a grid of one setting value), or "" where it was not tuned (a fixed value; an lr no grid varied). The
+    grid is tuned_mu.csv's row of the curve's setting; without one (values taken from another experiment's
+    tuning, `mu_from`), the rows of its dataset, method and setting that chose these values, where they agree."""
     if tuned is None or not len(tuned):
         return ""
     mine = tuned[(tuned["dataset"] == curve["dataset"]) & (tuned["method"] == curve["method"])
-                 & (tuned["setting"] == curve["setting"]) & np.isclose(tuned["chosen"].astype(float), curve["value"])]
+                 & (tuned["setting"] == curve["setting"]) & np.isclose(tuned["chosen"].astype(float), curve["value"])
+                 & np.isclose(tuned["lr"].astype(float), curve["lr"])]
     here = mine[(mine["clients_per_round"] == curve["clients_per_round"]) & (mine["epochs"] == curve["epochs"])
                 & (mine["rounds"] == curve["rounds"])]
-    edges = {_edge(curve["value"], row["candidates"]) for row in (here if len(here) else mine).to_dict("records")}
+    column = "candidates" if of == "value" else "lr_candidates"
+    edges = {_edge(curve[of], row[column], of == "lr") for row in (here if len(here) else mine).to_dict("records")}
     return edges.pop() if len(edges) == 1 else ""
 
 
-def _edge(value: float, candidates: str) -> str:
-    grid = sorted(float(v) for v in str(candidates).split(";"))
+def _edge(value: float, candidates: str, blank_if_one: bool = False) -> str:
+    grid = sorted({float(v) for v in str(candidates).split(";")})
     if len(grid) == 1:
-        return "only"
+        return "" if blank_if_one else "only"
     return "lowest" if np.isclose(value, grid[0]) else "highest" if np.isclose(value, grid[-1]) else "inside"

@@ -45,9 +45,9 @@ except OSError as err:
     sys.exit(f"Config error at results_dir: cannot write below {config['results_dir']!r} ({err.strerror})")
 
 # The runs table and its helpers, bound to this config (fedsim.planning.experiments says what each does).
-used_datasets, dataset_sources, tag_rounds, tuned_methods, after_tuning = (
+used_datasets, dataset_sources, tag_rounds, tag_lr, tuned_methods, after_tuning = (
     partial(getattr(experiments, name), config)
-    for name in ("used_datasets", "dataset_sources", "tag_rounds", "tuned_methods", "after_tuning"))
+    for name in ("used_datasets", "dataset_sources", "tag_rounds", "tag_lr", "tuned_methods", "after_tuning"))
 experiment_runs = partial(experiments.experiment_runs, config)
 PLAN = experiments.plan(config)  # the runs known before tuning; those after it join once tuned_mu.csv exists
 
@@ -108,7 +108,7 @@ def run_stem(
 ):
     """Relative location of one training run: {dataset}/{method}/{setting}{mu}_K{K}_E{E}{T}{theory}_seed{seed},
     setting being the name of the method's setting `mu` holds the value of (mu, or the option it is
-    tuned over: alpha0.01 for FedDyn), T the run tag (its rounds and model where not the dataset's:
+    tuned over: alpha0.01 for FedDyn), T the run tag (its rounds, model and client lr where not the dataset's:
     fedsim.planning.experiments.run_tag), theory '_theory' where the run logs the theorems' constants (an
     experiment's `theory: true`), else ''."""
     setting = "{setting}" if method == "{method}" else experiments.setting_name(method)
@@ -283,7 +283,7 @@ wildcard_constraints:
     mu=r"[0-9]+(\.[0-9]+)?",
     K=r"[0-9]+",
     E=r"[0-9]+",
-    T=rf"(_T[0-9]+)?(_({alternatives(model_specs())}))?",
+    T=rf"(_T[0-9]+)?(_({alternatives(model_specs())}))?(_lr[0-9]+(\.[0-9]+)?)?",
     theory=r"(_theory)?",
     seed=r"[0-9]+",
     experiment=alternatives(config["experiments"]),

@@ -20,7 +20,7 @@ rule train:
         metrics=metrics_path(),
         info=info_path(),
     params:
-        lr=lookup(dpath="datasets/{dataset}/lr", within=config),
+        lr=lambda wildcards: fmt(tag_lr(wildcards.dataset, wildcards.T)),
         batch_size=lookup(dpath="datasets/{dataset}/batch_size", within=config),
         rounds=lambda wildcards: tag_rounds(wildcards.dataset, wildcards.T),
         selection=lookup(dpath="simulator/selection", within=config),

@@ -19,8 +19,9 @@ import yaml
 
 from ..arrays import describe as describe_arrays
 from ..download import SOURCES
-from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, method_kind, method_setting,
-                          n_devices, synthetic_settings, used_datasets)
+from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, lr_grid, method_kind,
+                          method_setting, method_values, mu_source, n_devices, settings as experiment_settings,
+                          synthetic_settings, tunes, used_datasets)
 from ..methods import ENTRIES, REGISTRY
 from ..partition import DEFAULTS as PARTITION_DEFAULTS, check_settings
 from ..settings import TAIL_FRACTION, RunConfig, rng_problem
@@ -131,6 +132,7 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
             _check_model(cfg, name)
     for name, exp in cfg["experiments"].items():
         _check_experiment(cfg, name, exp)
+    _check_shared_tuning(cfg)
     _check_rng(cfg)
     _check_method_options(cfg)
     _check_datasets_used(cfg)
@@ -371,9 +373,12 @@ def _check_experiment(cfg, name, exp) -> None:
     if exp.get("figure") == "theory" and not exp.get("theory"):
         raise ConfigError(where + ["theory"], "must be true for figure: theory (its runs log the constants it draws)")
     if "mu" in exp:
-        for key in ("mu_from", "mu_grid"):
+        for key in ("mu_from", "mu_grid", "lr_grid", "lr_grids"):
             if key in exp:
                 raise ConfigError(where + [key], "not with `mu` (the experiment's mu values are fixed)")
+    for key in ("lr_grid", "lr_grids"):
+        if key in exp and "mu_from" in exp:
+            raise ConfigError(where + [key], f"not with `mu_from` (the lr is tuned in experiment {exp['mu_from']})")
     if "mu_from" in exp:
         _check_mu_from(cfg, name, exp)
     for method, grid in exp.get("grids", {}).items():
@@ -409,6 +414,24 @@ def _check_mu_from(cfg, name, exp) -> None:
             raise ConfigError(where, f"experiment {source} does not run dataset {dataset}")
         if len(experiment_ks(cfg, source, dataset)) > 1 or len(as_list(ref["epochs"])) > 1:
             raise ConfigError(where, f"experiment {source} tunes several K or E on {dataset}")
+
+
+def _check_shared_tuning(cfg) -> None:
+    """Experiments that tune a method in the same setting tune it over the same values (its setting's
+    grid, its lr grid): the tuning chooses once among all their runs, and each must have run the choice."""
+    seen = {}
+    for name, exp in cfg["experiments"].items():
+        if mu_source(cfg, name) != "grid":
+            continue
+        for setting in experiment_settings(cfg, name):
+            for method in (m for m in exp["methods"] if tunes(cfg, m, name)):
+                values = method_values(cfg, method, method_setting(cfg, method, setting), name)
+                key = (method, method_setting(cfg, method, setting))
+                first = seen.setdefault(key, (name, values))
+                if sorted(map(str, first[1])) != sorted(map(str, values)):
+                    grid = "lr_grid" if lr_grid(cfg, method, name) != lr_grid(cfg, method, first[0]) else "grids"
+                    raise ConfigError(["experiments", name, grid], f"tunes {method} on {setting.dataset} over other "
+                                      f"values than experiment {first[0]} does in the same setting; give both the same")
 
 
 def _check_rng(cfg) -> None:
@@ -464,7 +487,8 @@ def _check_sizes(cfg) -> None:
         if exp.get("rounds", 0) > MAX_ROUNDS:
             raise ConfigError(["experiments", name, "rounds"], f"{exp['rounds']} is above the ceiling of {MAX_ROUNDS} ({hint})")
         grid = len(exp.get("mu", exp.get("mu_grid", cfg["tuning"]["mu_grid"])))
-        per_setting = len(exp["methods"]) * grid * len(exp.get("seeds", cfg["seeds"]))
+        lrs = max([len(exp.get("lr_grid", [0])), *map(len, exp.get("lr_grids", {}).values())])
+        per_setting = len(exp["methods"]) * grid * lrs * len(exp.get("seeds", cfg["seeds"]))
         runs += per_setting * len(exp["datasets"]) * len(as_list(exp.get("clients_per_round", 1))) * len(as_list(exp["epochs"]))
     if runs > MAX_RUNS:
         raise ConfigError(["experiments"], f"up to {runs:,} training runs are above the ceiling of {MAX_RUNS:,} ({hint})")

@@ -22,7 +22,8 @@ from ..synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
 
 SYNTHETIC_KEYS = tuple(SYNTHETIC_DEFAULTS)  # the generator's settings a synthetic dataset's entry may override
-# What names a run (its folder); T is the rounds tag, theory the theory tag (run_stem)
+# What names a run (its folder); T is the run tag (its rounds, model and client lr where not the dataset's:
+# run_tag), theory the theory tag (run_stem)
 # mu: the value of the method's setting (setting_name: its mu, or the option it is tuned over)
 RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "T", "theory", "seed")
 PLAN_COLUMNS = ["experiment", *RUN_FIELDS, "rounds"]
@@ -95,25 +96,53 @@ def dataset_sources(cfg, dataset) -> list[str]:
     return sources(cfg, dataset)
 
 
-def run_tag(cfg, dataset, rounds=None) -> str:
+def run_tag(cfg, dataset, rounds=None, lr=None) -> str:
     """What a run's folder adds to its dataset's name, method and settings: '_T<rounds>' where it runs
-    another number of rounds than the dataset's own (the paper's; also rounds=None), and '_<model>'
-    where its dataset entry names another model than its kind's default (fedsim.planning.kinds.model_tag). The
-    paper's runs keep short paths; an experiment's `rounds` and a dataset's `model` get their own."""
+    another number of rounds than the dataset's own (the paper's; also rounds=None), '_<model>' where its
+    dataset entry names another model than its kind's default (fedsim.planning.kinds.model_tag), and
+    '_lr<lr>' where it trains at another client learning rate than its dataset's (an experiment's lr grid).
+    The paper's runs keep short paths; an experiment's `rounds`, a dataset's `model` and a tuned lr get
+    their own."""
     rounds_part = "" if rounds in (None, cfg["datasets"][dataset]["rounds"]) else f"_T{rounds}"
-    return rounds_part + model_tag(cfg, dataset)
+    return rounds_part + model_tag(cfg, dataset) + lr_tag(cfg, dataset, lr)
+
+
+def lr_tag(cfg, dataset, lr=None) -> str:
+    """'_lr<lr>' where `lr` is not the dataset's own (None: the dataset's), else ''."""
+    return "" if lr is None or fmt(lr) == fmt(cfg["datasets"][dataset]["lr"]) else f"_lr{fmt(lr)}"
+
+
+# a run tag's parts: rounds, model (a model file's name, never lr<digit>...), client lr
+TAG = re.compile(r"(?:_T(?P<rounds>[0-9]+))?(?:_(?P<model>(?!lr[0-9])\w+?))?(?:_lr(?P<lr>[0-9.]+))?")
+
+
+def _tag_part(tag, part):
+    found = TAG.fullmatch(tag)
+    if found is None:
+        raise ValueError(f"not a run tag: {tag!r}")
+    return found[part]
 
 
 def tag_rounds(cfg, dataset, tag) -> int:
     """The number of rounds a run tag stands for."""
-    found = re.match(r"_T([0-9]+)", tag)
-    return int(found[1]) if found else cfg["datasets"][dataset]["rounds"]
+    rounds = _tag_part(tag, "rounds")
+    return int(rounds) if rounds else cfg["datasets"][dataset]["rounds"]
 
 
 def tag_model(tag) -> str | None:
     """The model a run tag names; None: its dataset kind's default."""
-    found = re.fullmatch(r"(?:_T[0-9]+)?(?:_(\w+))?", tag)
-    return found[1] if found else None
+    return _tag_part(tag, "model")
+
+
+def tag_lr(cfg, dataset, tag) -> float:
+    """The client learning rate a run tag stands for (its dataset's where the tag names none)."""
+    lr = _tag_part(tag, "lr")
+    return float(lr) if lr else cfg["datasets"][dataset]["lr"]
+
+
+def setting_tag(tag) -> str:
+    """A run tag without its lr: the tag of the setting the run's tuning groups it in."""
+    return re.sub(r"_lr[0-9.]+$", "", tag)
 
 
 # ---------------------------------------------------------------------------------------
@@ -164,10 +193,30 @@ def setting_grid(cfg, method, experiment) -> list:
     return exp.get("mu_grid", cfg["tuning"]["mu_grid"])
 
 
+def lr_grid(cfg, method, experiment) -> list | None:
+    """The client learning rates an experiment tunes a method's runs over, jointly with its own setting
+    (its `lr_grids` entry for the method, else its `lr_grid`), or None: it runs at its dataset's lr."""
+    exp = cfg["experiments"][experiment]
+    return exp.get("lr_grids", {}).get(method, exp.get("lr_grid"))
+
+
+def tunes(cfg, method, experiment) -> bool:
+    """Whether an experiment (or the one it takes its values from, `mu_from`) chooses something for the
+    method: the value of its setting (a tuned method) or its client lr (an lr grid over its runs)."""
+    source = mu_source(cfg, experiment)
+    if source == "fixed":
+        return False
+    if method_kind(method) == "tuned":
+        return True
+    reference = cfg["experiments"][experiment]["mu_from"] if source == "from" else experiment
+    return method in cfg["experiments"][reference]["methods"] and lr_grid(cfg, method, reference) is not None
+
+
 def tuned_methods(cfg) -> list[str]:
-    """The methods that are tuned (the registry says which), among those the experiments run."""
-    used = {m for exp in cfg["experiments"].values() for m in exp["methods"]}
-    return [m for m in ENTRIES if method_kind(m) == "tuned" and m in used]
+    """The methods that are tuned (their setting, the registry says which, or their lr, an experiment's lr
+    grid), among those the experiments run."""
+    used = {m for name, exp in cfg["experiments"].items() for m in exp["methods"] if tunes(cfg, m, name)}
+    return [m for m in ENTRIES if m in used]
 
 
 def mu_source(cfg, experiment) -> str:
@@ -219,37 +268,42 @@ def reference_setting(cfg, experiment, setting) -> Setting:
     return next(s for s in settings(cfg, source) if s.dataset == setting.dataset)
 
 
-def chosen_mu(cfg, tuned, method, setting) -> str:
-    """The value (of its mu or tuned option) chosen for `method` in `setting` in `tuned` (rows of tuned_mu.csv)."""
+def chosen(cfg, tuned, method, setting) -> tuple[str, str]:
+    """The value (of its mu or tuned option) and client lr chosen for `method` in `setting` (its tag
+    without lr) in `tuned` (rows of tuned_mu.csv)."""
     key = (method, setting.dataset, setting.K, setting.E, tag_rounds(cfg, setting.dataset, setting.T))
     for row in tuned:
         numbers = (fmt(float(row[c])) for c in ("clients_per_round", "epochs"))
         if (row["method"], row["dataset"], *numbers, int(row["rounds"])) == key:
-            return fmt(float(row["chosen"]))
+            return fmt(float(row["chosen"])), fmt(float(row["lr"]))
     raise ValueError(f"tuned_mu.csv has no row for {method} in {setting}")
 
 
-def method_mus(cfg, method, setting, experiment, tuned=None) -> list:
-    """The mu values a method runs with in one setting of an experiment. A tuned method: every mu
-    of the grid where the experiment tunes it, else the mu chosen in `tuned`, or "tuned" while
-    `tuned` is not known. None at all where the method does not apply (the authors' FedDANE on
-    an LSTM or a CNN dataset)."""
-    exp, kind = cfg["experiments"][experiment], method_kind(method)
+def method_values(cfg, method, setting, experiment, tuned=None) -> list[tuple]:
+    """The (mu, client lr) pairs a method runs with in one setting of an experiment (lr None: the dataset's).
+    A method the experiment tunes: every mu of its grid (or its fixed mu) at every lr of its lr grid, where
+    the experiment tunes it; else the pair chosen in `tuned`, or ("tuned", None) while `tuned` is not
+    known. None at all where the method does not apply (the authors' FedDANE on an LSTM or a CNN dataset)."""
+    exp = cfg["experiments"][experiment]
     if ENTRIES[method].mclr_only and not trains_linear_softmax(cfg, setting.dataset):
         return []
-    if ENTRIES[method].method.mu != "none" and mu_source(cfg, experiment) == "fixed":
-        return exp["mu"]
-    if kind == "tuned":
-        if tunes_mu(cfg, experiment):
-            return setting_grid(cfg, method, experiment)
-        source = method_setting(cfg, method, reference_setting(cfg, experiment, setting))
-        return ["tuned"] if tuned is None else [chosen_mu(cfg, tuned, method, source)]
-    return [cfg["datasets"][setting.dataset]["fedprox_mu"]] if kind == "fixed" else [0]
+    source = mu_source(cfg, experiment)
+    if ENTRIES[method].method.mu != "none" and source == "fixed":
+        return [(mu, None) for mu in exp["mu"]]
+    if source == "from" and tunes(cfg, method, experiment):
+        reference = method_setting(cfg, method, reference_setting(cfg, experiment, setting))
+        return [("tuned", None)] if tuned is None else [chosen(cfg, tuned, method, reference)]
+    if method_kind(method) == "tuned" and source == "grid":
+        mus = setting_grid(cfg, method, experiment)
+    else:
+        mus = [cfg["datasets"][setting.dataset]["fedprox_mu"]] if method_kind(method) == "fixed" else [0]
+    lrs = (lr_grid(cfg, method, experiment) if source == "grid" else None) or [None]
+    return [(mu, lr) for mu in mus for lr in lrs]
 
 
 def left_out(cfg) -> list[str]:
     """One line per experiment and MCLR-only method it lists that some of its datasets cannot run (their
-    kind's model is not MCLR-like, as Sent140's LSTM): method_mus leaves those runs out, and the
+    kind's model is not MCLR-like, as Sent140's LSTM): method_values leaves those runs out, and the
     workflow says so rather than drop them unseen. (A dataset entry naming such a model is refused by
     the config check instead.)"""
     lines = []
@@ -317,15 +371,16 @@ def selected_experiments(cfg) -> dict:
 def plan(cfg, tuned=None) -> pd.DataFrame:
     """The experiments expanded into their training runs: one row per experiment and run (a run
     two experiments share has a row in each, one path). mu is canonical text, or "tuned" where
-    another experiment's tuning chooses it and `tuned` (rows of tuned_mu.csv) is not known yet."""
+    another experiment's tuning chooses it and `tuned` (rows of tuned_mu.csv) is not known yet; a
+    client lr other than the dataset's is in the run tag T."""
     rows = [
-        (name, s.dataset, method, fmt(mu), s.K, s.E, s.T, theory_tag(cfg, name), fmt(seed),
-         tag_rounds(cfg, s.dataset, s.T))
+        (name, s.dataset, method, fmt(mu), s.K, s.E, s.T + lr_tag(cfg, s.dataset, lr), theory_tag(cfg, name),
+         fmt(seed), tag_rounds(cfg, s.dataset, s.T))
         for name, exp in cfg["experiments"].items()
         for setting in settings(cfg, name)
         for method in exp["methods"]
         for s in [method_setting(cfg, method, setting)]
-        for mu in method_mus(cfg, method, s, name, tuned)
+        for mu, lr in method_values(cfg, method, s, name, tuned)
         for seed in exp.get("seeds", cfg["seeds"])
     ]
     # a full-participation method runs once per experiment K list: one row each
@@ -338,25 +393,31 @@ def runs_of(table: pd.DataFrame) -> list[Run]:
     return sorted({Run(*row) for row in known[list(RUN_FIELDS)].itertuples(index=False)})
 
 
+def run_setting(run) -> Setting:
+    """The setting a run belongs to: its dataset, K, E and tag without lr (what its tuning groups by)."""
+    return Setting(run.dataset, run.K, run.E, setting_tag(run.T))
+
+
 def experiment_runs(cfg, experiment, tuned=None, chosen_only=False) -> list[Run]:
-    """Training runs of one experiment; `chosen_only`: a method it tunes at its chosen mu only."""
+    """Training runs of one experiment; `chosen_only`: a method it tunes at its chosen values only."""
     table = plan(cfg, tuned)
     table = table[table["experiment"] == experiment]
     if chosen_only and tunes_mu(cfg, experiment):
-        keep = [method_kind(r.method) != "tuned"
-                or r.mu == chosen_mu(cfg, tuned, r.method, Setting(r.dataset, r.K, r.E, r.T))
+        keep = [not tunes(cfg, r.method, experiment)
+                or (r.mu, fmt(tag_lr(cfg, r.dataset, r.T))) == chosen(cfg, tuned, r.method, run_setting(r))
                 for r in table.itertuples()]
         table = table[keep]
     return runs_of(table)
 
 
 def tuning_runs(cfg, table: pd.DataFrame) -> list[Run]:
-    """The runs of a plan the tuned methods' mu is chosen from: their grid runs where they are tuned."""
-    tuning = table["experiment"].map(lambda name: tunes_mu(cfg, name))
-    return runs_of(table[tuning & table["method"].map(lambda m: method_kind(m) == "tuned")])
+    """The runs of a plan the tuned methods' values are chosen from: their grid runs where they are tuned."""
+    tuning = [tunes_mu(cfg, name) and tunes(cfg, method, name) for name, method in zip(table["experiment"],
+                                                                                         table["method"])]
+    return runs_of(table[tuning])
 
 
 def after_tuning(cfg) -> bool:
     """Whether some runs are known only after tuning (a tuned method of an experiment with `mu_from`)."""
-    return any(mu_source(cfg, name) == "from" and any(method_kind(m) == "tuned" for m in exp["methods"])
+    return any(mu_source(cfg, name) == "from" and any(tunes(cfg, m, name) for m in exp["methods"])
                for name, exp in cfg["experiments"].items())

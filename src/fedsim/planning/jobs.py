@@ -17,7 +17,7 @@ import shlex
 from pathlib import Path
 
 from .. import atomic
-from .experiments import RUN_FIELDS, as_list, fmt, setting_name, synthetic_settings, tag_model
+from .experiments import RUN_FIELDS, fmt, setting_name, synthetic_settings, tag_lr, tag_model
 from .kinds import BUILT_KINDS, trains_linear_softmax
 from ..methods import ENTRIES, resolve
 
@@ -153,7 +153,7 @@ def planned_runs_csv(cfg, plan, run_dir) -> str:
     shapes a run's result, and the run's folder (`run_dir(*run)`; empty while mu is `tuned`)."""
     datasets = [cfg["datasets"][name] for name in plan["dataset"]]
     table = plan.assign(
-        lr=[entry["lr"] for entry in datasets],
+        lr=[tag_lr(cfg, dataset, tag) for dataset, tag in zip(plan["dataset"], plan["T"])],
         batch_size=[entry["batch_size"] for entry in datasets],
         options=[method_options_text(cfg, m) for m in plan["method"]],
         setting=[setting_name(m) for m in plan["method"]],
