@@ -45,7 +45,7 @@ LAYERS = [
     # editing the cost model or the runs table changes no training job's code fingerprint (fedsim.planning.jobs)
     # and reruns no run. It must not reach down into torch either: TORCH_FREE below.
     ("planning", ["fedsim.planning", "fedsim.planning.*"]),
-    ("reports and measurements", ["fedsim.summary", "fedsim.figures", "fedsim.calibration"]),
+    ("reports and measurements", ["fedsim.summary", "fedsim.tables", "fedsim.figures", "fedsim.calibration"]),
     ("commands", ["fedsim.cli", "fedsim.warm", "fedsim.__main__"]),
 ]
 

@@ -74,11 +74,12 @@ def test_default_dag_dry_run(default_dry_run):
         "summarise": 1,
         "figure": 4,
         "findings": 4,
+        "tables": 4,
         "tuning_figure": 1,
         "theory_figure": 1,
         "all": 1,
         "plan": 1,
-        "total": STATIC_TRAIN + 18,
+        "total": STATIC_TRAIN + 22,
     }
     # paths: canonical mu text, one folder per run
     for expected in (
@@ -314,6 +315,11 @@ def test_tiny_real_run(tiny_run):
             assert row["grid_edge"] in ("lowest", "highest", "inside"), row  # Figure 1's grid, where mu came from
         else:
             assert row["grid_edge"] == "", row
+    # ... and as the docs' tables, naming the config they came from
+    tables = (results / "summary" / "tables_figure2.md").read_text()
+    assert tables.startswith("Rendered by `python -m fedsim tables` from `results/summary/findings_figure2.csv` "
+                             "(commit unknown (not a git checkout); config: config/config.yaml).")
+    assert tables.count("| 1 | ") == len(TINY_DATASETS) * 2  # a table per panel, ranked
     assert (results / "logs" / "train" / "synthetic_iid" / "fedavg" / "mu0_K8_E2_seed0.log").is_file()
     assert (results / "benchmarks" / "train" / "synthetic_iid" / "fedavg" / "mu0_K1_E1_seed0.tsv").is_file()
     # up to date afterwards

@@ -16,6 +16,7 @@
     python -m fedsim train --data d.h5 --method feddane_decayed --option tau=50 ...  # a method's setting
     python -m fedsim summarise --out runs.csv RUN_JSON...
     python -m fedsim findings --out findings_figure1.csv RUN_JSON...
+    python -m fedsim tables --findings findings_figure1.csv --config config/config.yaml --out tables_figure1.md
     python -m fedsim tune --methods feddane feddane_authors --out tuned_mu.csv RUN_JSON...
     python -m fedsim figure1 --tuned tuned_mu.csv --out figure1.pdf RUN_JSON...
     python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
@@ -352,6 +353,15 @@ def _findings(args) -> None:
     write_csv(args.out, findings(args.runs, args.fraction, args.across_k, tuned))
 
 
+def _tables(args) -> None:
+    from . import atomic
+    from .tables import checkout_commit, read_findings, render
+
+    commit = args.commit or checkout_commit(args.checkout)
+    atomic.write_text(args.out, render(read_findings(args.findings), args.source or args.findings, commit,
+                                       args.config) + "\n")
+
+
 def _tune(args) -> None:
     from .summary import tune
 
@@ -592,6 +602,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tuned", help="tuned_mu.csv: says where each tuned value sits in its grid (grid_edge)")
     p.add_argument("runs", nargs="+", help="run.json files of one figure (one mu per method and setting)")
     p.set_defaults(func=_findings)
+
+    p = sub.add_parser("tables", help="a figure's findings as the docs' Markdown tables, with their commit and config")
+    p.add_argument("--findings", required=True, help="findings_<experiment>.csv")
+    p.add_argument("--config", default="not given", help="the config that made them, as the line names it")
+    p.add_argument("--commit", help="the commit that made them (default: the checkout's at --checkout)")
+    p.add_argument("--checkout", default=".", help="the checkout whose commit to name")
+    p.add_argument("--source", help="the findings file's path as the line names it (default: --findings)")
+    p.add_argument("--out", required=True, help="the tables (.md)")
+    p.set_defaults(func=_tables)
 
     tuned = [name for name, e in ENTRIES.items() if e.method.tuned_setting]
     p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")

@@ -9,6 +9,8 @@ import re
 import shlex
 import sys
 
+import yaml
+
 import snakemake.utils
 from functools import cache, partial
 from pathlib import Path
@@ -82,7 +84,7 @@ def results(*parts):
 
 
 SELECTION = experiments.selection_folder(config)  # '' unless only_experiments / only_datasets
-SELECTION_RULES = ("plan", "tune", "summarise", "findings", "figure", "tuning_figure", "theory_figure",
+SELECTION_RULES = ("plan", "tune", "summarise", "findings", "tables", "figure", "tuning_figure", "theory_figure",
                    "datasets_table")  # whose outputs depend on the selection: in its own folder
 
 
@@ -208,12 +210,20 @@ def final_targets():
     for name in figure_experiments():
         for metric in FIGURE_METRICS:
             targets += [figure_path(name, ext, metric) for ext in ("pdf", "png")]
-        targets.append(summary_path(f"findings_{name}.csv"))
+        targets += [summary_path(f"findings_{name}.csv"), summary_path(f"tables_{name}.md")]
     for name in figure_experiments(theory=True):
         targets += [figure_path(name, ext) for ext in ("pdf", "png")]
     if any(dataset_cfg(name)["kind"] in BUILT_KINDS for name in used_datasets()):
         targets.append(summary_path("datasets.csv"))  # only then: the default DAG stays as it was
     return targets
+
+
+def config_text():
+    """This run's config as the tables name it: its files (from the workflow's folder) and its --config values."""
+    files = " + ".join(os.path.relpath(path, workflow.basedir) for path in workflow.configfiles)
+    given = command_line_types(dict(workflow.config_settings.config))
+    text = yaml.safe_dump(given, default_flow_style=True, width=float("inf")).strip()
+    return files + (f" with --config {text}" if given else "")
 
 
 # ---- Per-rule arguments and resources (fedsim.planning.jobs), bound to this config

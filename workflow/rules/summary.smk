@@ -119,3 +119,29 @@ rule findings:
         "python -m fedsim.warm findings --fraction {params.fraction} {params.panels} {params.tuned} --out {output}"
         " {input.runs}"
         " > {log} 2>&1"
+
+
+rule tables:
+    """The findings as the docs' Markdown tables (fedsim.tables), naming the commit that rendered them and
+    the config: rerunning both reproduces them."""
+    input:
+        findings=summary_path("findings_{experiment}.csv"),
+        code=code_fingerprint("summary"),
+    output:
+        summary_path("tables_{experiment}.md"),
+    params:
+        config=lambda wildcards: shlex.quote(config_text()),
+    wildcard_constraints:
+        experiment=alternatives(figure_experiments()),
+    conda:
+        "../envs/fedsim.yaml"
+    threads: 1
+    resources:
+        mem_mb=512,
+        runtime=5,
+    log:
+        log_path("tables", "{experiment}"),
+    benchmark:
+        benchmark_path("tables", "{experiment}")
+    shell:
+        "python -m fedsim.warm tables --findings {input.findings} --config {params.config} --out {output} > {log} 2>&1"

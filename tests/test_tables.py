@@ -1,0 +1,69 @@
+"""The docs' tables from a figure's findings (fedsim.tables): what each cell says, and the line naming
+the commit and config they came from."""
+
+import math
+import subprocess
+
+from fedsim import cli
+from fedsim.tables import checkout_commit, read_findings, render
+
+from helpers.run_records import fake_run
+
+
+def rendered(tmp_path, runs, tuned=None):
+    out = tmp_path / "findings.csv"
+    args = ["findings", "--fraction", "0.5", "--across-k", "--out", str(out), *runs]
+    assert cli.main(args + (["--tuned", str(tuned)] if tuned else [])) == 0
+    tables = tmp_path / "tables.md"
+    assert cli.main(["tables", "--findings", str(out), "--commit", "abc1234", "--config", "config/x.yaml",
+                     "--source", "results/summary/findings_x.csv", "--out", str(tables)]) == 0
+    return tables.read_text()
+
+
+def rows_of(text):
+    return {cells[1]: cells for line in text.splitlines() if line.startswith("| ") and not line.startswith("| rank")
+            for cells in [[c.strip() for c in line.strip("|").split("|")]]}
+
+
+def test_a_table_ranks_each_method_with_its_seeds_range_and_what_it_cost(tmp_path):
+    """Two seeds: a range per cell and `*` where the seeds rank a method differently; a diverged seed
+    says so; a full-participation method names its K; the first line names the commit and config."""
+    runs = [fake_run(tmp_path, method="fedavg", seed=s, losses=[3, 2, 1.0 + s]) for s in (0, 1)]
+    runs += [fake_run(tmp_path, method="scaffold", seed=s, losses=[3, 2, 1.5 - s]) for s in (0, 1)]
+    runs += [fake_run(tmp_path, method="fedprox", mu=1, seed=s, losses=[3, 2, 9 if s else math.inf]) for s in (0, 1)]
+    runs += [fake_run(tmp_path, method="dane", K=30, seed=s, losses=[3, 2, 0.1]) for s in (0, 1)]
+    text = rendered(tmp_path, runs)
+    assert text.splitlines()[0] == ("Rendered by `python -m fedsim tables` from `results/summary/findings_x.csv` "
+                                    "(commit abc1234; config: config/x.yaml).")
+    assert "**synthetic_0_0** (K = 10, E = 20, 2 rounds, 2 seeds):" in text
+    rows = rows_of(text)
+    assert rows["DANE (K = 30)"][:5] == ["1", "DANE (K = 30)", "mu 0", "0.100 (0.100)", "0.800 (0.800)"]
+    assert rows["SCAFFOLD"][:4] == ["2", "SCAFFOLD", "-", "1.000 (0.500-1.500) *"]
+    assert rows["FedAvg"][:4] == ["3", "FedAvg", "-", "1.500 (1.000-2.000) *"]
+    assert rows["FedProx"][2:5] == ["mu 1", "diverged (1 of 2 seeds)", "-"]
+    assert rows["FedAvg"][5:] == ["-", "-", "-"]  # records from before the costs were counted
+    counted = read_findings(tmp_path / "findings.csv").assign(vectors_down=1000, vectors_up=1500,
+                                                               gradient_evaluations=[2.5e6, 4e5, 3e5, 2e5])
+    rows = rows_of(render(counted, "f.csv", "abc1234", "c.yaml"))
+    assert "gradients / run (M)" in render(counted, "f.csv", "abc1234", "c.yaml")
+    assert [cells[6:] for cells in rows.values()] == [["2,500", "2.50"], ["2,500", "0.40"], ["2,500", "0.30"],
+                                                      ["2,500", "0.20"]]
+
+
+def test_an_edge_of_a_tuning_grid_is_named(tmp_path):
+    dane = {mu: fake_run(tmp_path, mu=mu, losses=[3, 2, loss]) for mu, loss in ((0.1, 1.5), (1, 1.0))}
+    tuned = tmp_path / "tuned_mu.csv"
+    assert cli.main(["tune", "--methods", "feddane", "--fraction", "0.5", "--out", str(tuned), *dane.values()]) == 0
+    assert rows_of(rendered(tmp_path, [dane[1]], tuned))["FedDANE"][2:6] == ["mu 1", "1.000", "0.800", "mu highest"]
+
+
+def test_the_commit_is_the_checkouts_and_says_where_it_differs(tmp_path):
+    assert checkout_commit(tmp_path) == "unknown (not a git checkout)"
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    (tmp_path / "a.txt").write_text("1")
+    for args in (["init", "-q"], ["add", "a.txt"], ["commit", "-qm", "a"]):
+        subprocess.run(git + args, check=True)
+    head = subprocess.run(git + ["rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert checkout_commit(tmp_path) == head
+    (tmp_path / "a.txt").write_text("2")
+    assert checkout_commit(tmp_path) == f"{head} with local changes"
