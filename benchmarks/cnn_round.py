@@ -2,12 +2,15 @@
 
     python benchmarks/cnn_round.py [--model cnn|lenet5] [--clients 10] [--epochs 1] [--samples 200]
                                    [--batch-size 10] [--threads 1] [--repeats 3] [--device auto]
+                                   [--engines batched stacked single loop torch]
 
-The same K devices, the same mini-batches (fedsim's plans, `engine.batch_plan`), three ways:
+The same K devices, the same mini-batches (fedsim's plans, `engine.batch_plan`), run by each engine:
 - batched: fedsim's general local-step rule as the run takes it (the model's `stacks_on` says
   whether a round's devices run as one stack or one at a time on this device type);
 - stacked: the same rule with all K devices as one stacked computation (their images as channel
   groups of one grouped convolution, the dense layers as batched matmuls), what a GPU runs;
+- single: the same rule one device at a time (a stack of one), what a device type the model does not
+  list in `stacks_on` runs;
 - loop: fedsim's per-device oracle (functional model, torch.autograd.grad per step);
 - torch: what a user would write by hand, one `nn.Module` (the model's `as_module`) and one
   `optim.SGD` per device.
@@ -20,7 +23,7 @@ with respect to the inputs, the gradient with respect to the weights) less the f
 input gradient, which nobody needs. ReLU, pooling and the loss are left out (well under 1 %). The FMA
 peak is the compiled probe's (benchmarks/peak.py, one core, float32) times the threads; the
 share is flops / (seconds x peak). Prints s/round for each engine (best of --repeats) and the
-ratios to `batched`.
+ratios to the first engine named.
 """
 
 from __future__ import annotations
@@ -61,6 +64,15 @@ def torch_loop(model, params, problem, clients: Clients, devices, settings, roun
     return out
 
 
+def single(model, *args):
+    """The general rule one device at a time: the model's `stacks_on` emptied (the instance's, over its class's)."""
+    model.stacks_on = ()
+    try:
+        return local_sgd_batched(model, *args)
+    finally:
+        del model.stacks_on
+
+
 def timed(engine, *args, repeats=1) -> float:
     best = float("inf")
     for _ in range(repeats):
@@ -83,7 +95,7 @@ def main(argv=None):
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
     parser.add_argument("--model", default="cnn", choices=["cnn", "lenet5"], help="LEAF's CNN or LeNet-5")
     parser.add_argument("--engines", nargs="+", default=["batched", "stacked", "loop", "torch"],
-                        choices=["batched", "stacked", "loop", "torch"])
+                        choices=["batched", "stacked", "single", "loop", "torch"])
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
@@ -98,16 +110,18 @@ def main(argv=None):
     params = model.init(torch.Generator().manual_seed(0)).to(device)
     settings = SGDSettings(lr=0.05, epochs=args.epochs, batch_size=args.batch_size, seed=0)
     call = (model, params, LocalProblem(mu=0.0, correction=None), clients, np.arange(args.clients), settings, 0)
-    engines = {"batched": local_sgd_batched, "stacked": _local_sgd_stacked, "loop": local_sgd_loop, "torch": torch_loop}
+    engines = {"batched": local_sgd_batched, "stacked": _local_sgd_stacked, "single": single, "loop": local_sgd_loop,
+               "torch": torch_loop}
     seconds = {name: timed(engines[name], *call, repeats=args.repeats) for name in args.engines}
     flops = model.training_flops() * args.epochs * n
     print(f"{model.label} {model.layout.size:,} parameters: K={args.clients} E={args.epochs} B={args.batch_size} "
           f"samples/device~{args.samples} ({n * args.epochs} sample-steps, {flops / 1e9:.1f} Gflop a round) on "
           f"{device}, {args.threads} thread(s)", flush=True)
     peak = fma_peak(np.float32) * args.threads if device.type == "cpu" else None
+    first = args.engines[0]
     for name, s in seconds.items():
         share = f", {flops / s / peak:.1%} of the FMA peak" if peak else ""
-        ratio = f", {s / seconds['batched']:.2f}x batched's time" if "batched" in seconds and name != "batched" else ""
+        ratio = f", {s / seconds[first]:.2f}x {first}'s time" if name != first else ""
         print(f"  {name}: {s:.3f} s/round, {flops / s / 1e9:.1f} Gflop/s{share}{ratio}", flush=True)
     if peak:
         print(f"  FMA peak (probe, float32): {peak / 1e9:.1f} Gflop/s", flush=True)

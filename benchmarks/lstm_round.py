@@ -5,8 +5,9 @@
                                     [--engines batched eager loop] [--busy]
 
 Engines: `batched`, the general rule as a run takes it (on CUDA each SGD step a replayed CUDA graph:
-fedsim.engine.StepGraphs); `eager`, the same rule with every operation launched on its own (what
-CUDA ran before the graphs; on a CPU the same as batched); `loop`, the per-device oracle. --busy
+fedsim.engine.StepGraphs, captured in the model's first round and replayed in the later repeats);
+`eager`, the same rule with every operation launched on its own (what CUDA ran before the graphs; on
+a CPU the same as batched); `loop`, the per-device oracle. --busy
 (CUDA): the GPU's busy share of one batched round, its kernels' summed time (torch profiler) over the
 round's wall time.
 
@@ -51,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedsim import calibration  # noqa: E402
 from fedsim.planning import cost  # noqa: E402
-from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop  # noqa: E402
+from fedsim.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop  # noqa: E402
 from fedsim.models.char_lstm import CharLSTM  # noqa: E402
 from fedsim.models.sent140_lstm import Sent140LSTM  # noqa: E402
 from fedsim.methods import LocalProblem  # noqa: E402
@@ -181,6 +182,9 @@ def main(argv=None):
             for name, s in seconds.items()), flush=True)
         if args.busy and device.type == "cuda":
             print(f"  GPU busy {busy_share(local_sgd_batched, *call):.1%} of a batched round", flush=True)
+        graphs = StepGraphs.held(model)
+        if graphs is not None:  # captured in the first batched round, replayed in the later ones
+            print(f"  {graphs.captures} step graphs captured in all ({len(graphs.graphs)} kept)", flush=True)
         if constants is not None:
             consts = constants[dataset]
             estimate = cost.round_train_seconds(sizes, args.clients, args.epochs, args.batch_size, consts)

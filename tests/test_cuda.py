@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
+from fedsim.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop
+from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
 from fedsim.methods import LocalProblem
 from fedsim.train import RunConfig, run
@@ -93,21 +94,46 @@ def test_graphed_lstm_rounds_give_the_eager_rounds_numbers(tmp_path, kind, lr, d
     launched, on the same inputs: the same bits are expected in both precisions; the tolerance only
     allows a library that picks another algorithm under capture (a cuBLAS workspace) one float32 ulp
     of drift a step, well under what tells two methods or two seeds apart."""
-    from fedsim.models._lstm import LSTMModel
-
     data = write_leaf_like(tmp_path / f"{kind}.h5", kind, per_device=12 if kind == "shakespeare" else 30)
     config = RunConfig(data=data, method="feddane", mu=0.01, clients_per_round=2, epochs=1, batch_size=10, lr=lr,
                        rounds=5, dtype=dtype, device="cuda")
     graphed, _ = run(config)
-    monkeypatch.setattr(LSTMModel, "graphs_on", ())
+    for cls in (CharLSTM, Sent140LSTM):  # each class's spec sets its own graphs_on
+        monkeypatch.setattr(cls, "graphs_on", ())
     eager, _ = run(config)
     tolerance = dict(rtol=1e-5, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(graphed.to_numpy(float), eager.to_numpy(float), **tolerance)
 
 
+@pytest.mark.parametrize("kind", ["char", "sent140"])
+def test_graphed_rounds_keep_their_captures_and_give_the_eager_numbers(kind):
+    """Rounds of one model on CUDA, float64: K grows after a small round (the buffers grow), then a round
+    of the same devices as the last replays the graphs it has (nothing captured); every round equals
+    the same steps launched one operation at a time."""
+    make = tiny_char if kind == "char" else (lambda: tiny_sent_on(CUDA))
+    graphed_model, eager_model = make(), make()
+    eager_model.graphs_on = ()  # the instance's, over its class's
+    clients = on_cuda(tiny_lstm_clients(graphed_model))
+    params = params_of(graphed_model).to(CUDA)
+    settings = SGDSettings(lr=0.3, epochs=2, batch_size=2, seed=11)
+    captures = []
+    for t, devices in enumerate([[2, 0], [2, 0, 4, 3, 1], [2, 0, 4, 3, 1], [1, 3]]):
+        w0 = params + 0.01 * t
+        correction = 0.05 * torch.randn(len(devices), len(params), generator=torch.Generator().manual_seed(t),
+                                        dtype=params.dtype)
+        problem = LocalProblem(mu=0.2, correction=correction.to(CUDA))
+        graphed = local_sgd_batched(graphed_model, w0, problem, clients, np.array(devices), settings, t)
+        eager = local_sgd_batched(eager_model, w0, problem, clients, np.array(devices), settings, t)
+        captures.append(StepGraphs.held(graphed_model).captures)
+        assert (graphed != w0).any(dim=1).all()
+        torch.testing.assert_close(graphed, eager, rtol=1e-12, atol=1e-12)
+    assert StepGraphs.held(graphed_model).capacity == 5
+    assert captures[2] == captures[1] > 0 and captures[3] == captures[2]
+
+
 def test_a_graphed_cuda_run_resumes_bit_identical(tmp_path):
     """A Shakespeare run on CUDA stopped after round 3 and resumed from its checkpoint ends with the
-    bits of the run never stopped (the graphs are captured again in the resumed process's rounds)."""
+    bits of the run never stopped (the resumed run's model captures its graphs anew)."""
     from fedsim.checkpoint import Checkpoint
 
     data = write_leaf_like(tmp_path / "s.h5", "shakespeare", per_device=12)

@@ -6,8 +6,10 @@ import pytest
 import torch
 
 from fedsim import models
-from fedsim.engine import SGDSettings, local_sgd_batched, local_sgd_loop
+from fedsim.engine import SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop
 from fedsim.methods import LocalProblem
+from fedsim.models.char_lstm import CharLSTM
+from fedsim.models.sent140_lstm import Sent140LSTM
 from fedsim.train import RunConfig, run
 
 from helpers.tiny_lstm import params_of, tiny_char, tiny_clients, tiny_inputs, tiny_sent, write_leaf_like
@@ -104,8 +106,10 @@ def test_authors_feddane_correction_is_refused_on_the_lstms(tmp_path, kind):
 
 
 def graphs_on(monkeypatch, device_types):
-    """The LSTMs' steps as StepGraphs on these device types (on a CPU: its buffers and warm-up, no graph)."""
-    monkeypatch.setattr(models._lstm.LSTMModel, "graphs_on", device_types)
+    """The LSTMs' steps as StepGraphs on these device types (on a CPU: its buffers and warm-up, no graph).
+    Set on each model class: a class's spec sets its own `graphs_on`, over LSTMModel's."""
+    for cls in (CharLSTM, Sent140LSTM):
+        monkeypatch.setattr(cls, "graphs_on", device_types)
 
 
 @pytest.mark.parametrize("make", [tiny_char, tiny_sent])
@@ -123,6 +127,7 @@ def test_graphed_steps_give_the_stacked_rules_bits(make, monkeypatch):
     plain = local_sgd_batched(model, params, problem, clients, devices, settings, 4)
     graphs_on(monkeypatch, ("cpu",))
     graphed = local_sgd_batched(model, params, problem, clients, devices, settings, 4)
+    assert StepGraphs.held(model).captures > 1  # the steps ran as StepGraphs, one capture per stack size
     assert (graphed != params).any(dim=1).all()
     assert torch.equal(graphed, plain)
 
@@ -137,5 +142,8 @@ def test_five_graphed_rounds_give_the_same_losses_and_model(tmp_path, kind, lr, 
                        rounds=5)
     plain, _ = run(config)
     graphs_on(monkeypatch, ("cpu",))
+    used, real_round = [], StepGraphs.round
+    monkeypatch.setattr(StepGraphs, "round", lambda self, *args: used.append(self) or real_round(self, *args))
     graphed, _ = run(config)
+    assert len(used) == 5 and all(graphs is used[0] for graphs in used)  # one StepGraphs for the run's rounds
     pd.testing.assert_frame_equal(graphed, plain, check_exact=True)

@@ -17,7 +17,8 @@ device, round and epoch), so they agree to rounding:
   benchmark baseline.
 
 On a device type a model names in `graphs_on` (the LSTMs on CUDA), the general rule replays each
-step as a CUDA graph (`StepGraphs`): the same operations, launched once a step.
+step as a CUDA graph (`StepGraphs`): the same operations, launched once a step, each step's graph
+captured once a run over buffers the run keeps (a model's; each round copies its values in).
 
 No engine runs a problem without a part it asks for: each checks `LocalProblem.in_use()`
 against the fields it implements and refuses, in one line, what it cannot.
@@ -30,6 +31,7 @@ the file, and `Clients.locate` turns indices into its own positions.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass
 from typing import Callable
 
@@ -195,84 +197,186 @@ def _one_device(problem: LocalProblem, j: int) -> LocalProblem:
 
 
 def _local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
-    rows, first, steps, order = _stacked_plans(clients, devices, settings, round_, problem.steps)
-    lr, mu = settings.lr, problem.mu
+    plans = _stacked_plans(clients, devices, settings, round_, problem.steps)
+    if _graphed(model, params, problem):
+        graphs = StepGraphs.of(model, params, clients, len(devices), settings.batch_size)
+        return graphs.round(model, params, problem, clients, settings.lr, plans)
+    rows, first, steps, order = plans
     stacked = params.expand(len(devices), *params.shape).clone()
     correction = None
     if problem.correction is not None:
         correction = problem.correction[torch.from_numpy(order).to(params.device)]
-    index_all = torch.from_numpy(rows).to(clients.x.device)
+    for active, index in _step_rows(rows, first, steps, clients.x.device):
+        _sgd_step(model, stacked[:active], index, clients.x[index], clients.y[index], clients.sentinel, settings.lr,
+                  problem.mu, params, None if correction is None else correction[:active], problem.anchor)
+    return _in_device_order(stacked, order)
 
-    def sgd_step(active: int, index: torch.Tensor) -> None:
-        """One step of the first `active` models of the stack on their batches' rows `index` (active, B)."""
-        real = index != clients.sentinel
-        weight = real.to(params.dtype) / real.sum(-1, keepdim=True).clamp(min=1)  # 1/3 in float64 for float64
-        w, x, y = stacked[:active], clients.x[index], clients.y[index]
-        grad = model.stacked_grads(w, x, y, weight)
-        if problem.anchor is not None:  # minus the same batches' gradients at the anchor (Mime)
-            grad = grad - model.stacked_grads(problem.anchor.expand_as(w), x, y, weight)
-        if correction is not None:
-            grad = grad + correction[:active]
-        if mu:
-            grad = grad + mu * (w - params)
-        w -= lr * grad  # in place: updates the stack
 
-    run_step = StepGraphs(sgd_step, stacked, index_all) if params.device.type in model.graphs_on else sgd_step
+def _sgd_step(model, w, index, x, y, sentinel, lr, mu, center, correction, anchor) -> None:
+    """One step of the stack's first models `w` (active, P), in place, on their batches: rows `index`
+    (active, B) of the round's inputs, gathered as x and y. A padded slot (row `sentinel`) weighs 0
+    and the others 1 / (real samples in the batch): each device's batch-mean loss."""
+    real = index != sentinel
+    weight = real.to(w.dtype) / real.sum(-1, keepdim=True).clamp(min=1)  # 1/3 in float64 for float64
+    grad = model.stacked_grads(w, x, y, weight)
+    if anchor is not None:  # minus the same batches' gradients at the anchor (Mime)
+        grad = grad - model.stacked_grads(anchor.expand_as(w), x, y, weight)
+    if correction is not None:
+        grad = grad + correction
+    if mu:
+        grad = grad + mu * (w - center)
+    w -= lr * grad  # in place: updates the stack
+
+
+def _step_rows(rows: np.ndarray, first: np.ndarray, steps: np.ndarray, device):
+    """Each SGD step's (active devices, their batches' rows (active, B)), from _stacked_plans' output.
+
+    Every step's plan rows, (steps, K), are sent once: no host-to-device copy (and wait) per step; a
+    device's rows past its last step are never read (longest first: the active ones are a prefix)."""
+    index_all = torch.from_numpy(rows).to(device)
     longest = int(steps[0]) if len(steps) else 0
-    # every step's plan rows, (steps, K), sent once: no host-to-device copy (and wait) per step; a
-    # device's rows past its last step are never read (the active ones are a prefix)
-    at = torch.from_numpy(np.minimum(first[None, :] + np.arange(longest)[:, None], len(rows) - 1))
-    at = at.to(index_all.device)
+    at = torch.from_numpy(np.minimum(first[None, :] + np.arange(longest)[:, None], len(rows) - 1)).to(device)
     for step in range(longest):
-        active = int(np.count_nonzero(steps > step))  # longest first: the active ones are a prefix
-        run_step(active, index_all[at[step, :active]])
-    return stacked[torch.from_numpy(np.argsort(order)).to(params.device)]
+        active = int(np.count_nonzero(steps > step))
+        yield active, index_all[at[step, :active]]
+
+
+def _in_device_order(stacked: torch.Tensor, order: np.ndarray) -> torch.Tensor:
+    """The stack's models (longest plan first) in the callers' device order: a new tensor."""
+    return stacked[torch.from_numpy(np.argsort(order)).to(stacked.device)]
+
+
+def _graphed(model, params, problem: LocalProblem) -> bool:
+    """Whether the steps run as StepGraphs: on a device type the model names, with the problem's tensors
+    in the model's dtype (the graphs' buffers hold that dtype; another would round otherwise)."""
+    terms = (problem.correction, problem.anchor)
+    return params.device.type in model.graphs_on and all(t is None or t.dtype == params.dtype for t in terms)
+
+
+# Each model's StepGraphs, as long as the model lives: a run builds its model once, so its buffers and
+# graphs last the run and go with it (a weak key: nothing here keeps a model, or its GPU memory, alive).
+_HELD: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class StepGraphs:
-    """A round's SGD steps replayed as CUDA graphs: one launch a step instead of one per operation.
+    """A run's SGD steps replayed as CUDA graphs: one launch a step instead of one per operation.
 
     An LSTM step is thousands of small kernels (every operation of every time step, forward and
-    backward), so on a GPU its time is their launches, not their arithmetic. Each step of the stack
-    reads its batches' rows from one fixed buffer and updates the stack in place, so the step of
-    `active` devices is the same graph every time: captured at its first use (after warm-up steps
-    whose updates are undone), then replayed. The graphs hold this round's tensors (rows, stack,
-    correction) and go with it. On another device type (the tests, on a CPU) the same buffers and
+    backward), so on a GPU its time is their launches, not their arithmetic. A graph replays its
+    kernels on fixed addresses, so everything a step reads or writes lives in buffers made once for
+    the model (`of`: the run's), sized for the most devices a round has had: the stack of models,
+    w0 (the proximal term's centre), the correction and anchor, the step's batch rows and their
+    inputs. Each round copies its values in; each step gathers its batches' inputs from the round's
+    rows (outside the graph: a streamed run's rounds bring new tensors). The step of the stack's first
+    `active` devices is then the same graph in every round: captured at its first use (after WARMUP
+    eager steps whose updates are undone) under a key of what changes its operations (`active`,
+    which terms the problem has, mu, lr) and replayed from then on. A round with more devices than
+    the buffers hold makes larger ones and captures anew. No number depends on an earlier round:
+    every buffer entry a step reads is written by its own round first, so a resumed run computes what
+    the uninterrupted one did. On another device type (the tests, on a CPU) the same buffers and
     warm-up run, and a replay is the step called again: the same numbers as the plain stacked rule.
     """
 
     WARMUP = 2  # eager steps before a capture: lazy initialisation (cuBLAS handles, autograd) off the graph
 
-    def __init__(self, step, stacked: torch.Tensor, index_all: torch.Tensor):
-        self.step, self.stacked = step, stacked
-        self.index = index_all.new_empty(len(stacked), index_all.shape[1])  # (K, B): each step's rows, copied in
+    def __init__(self, layout: tuple, capacity: int):
+        device, dtype, shape, batch, x_shape, x_dtype, y_dtype = layout
+        self.layout, self.capacity, self.batch, self.x_shape = layout, capacity, batch, x_shape
+        self.stack = torch.empty(capacity, *shape, dtype=dtype, device=device)
+        self.center = torch.empty(shape, dtype=dtype, device=device)
+        self.correction = self.anchor = None  # made at a problem's first use of them
+        self.index = torch.empty(capacity, batch, dtype=torch.int64, device=device)  # each step's rows
+        self.x = torch.empty(capacity * batch, *x_shape, dtype=x_dtype, device=device)  # ... and their inputs
+        self.y = torch.empty(capacity * batch, dtype=y_dtype, device=device)
+        self.sentinel = torch.zeros((), dtype=torch.int64, device=device)  # the round's padding row
         self.graphs = {}
-        self.stream = torch.cuda.Stream(stacked.device) if stacked.device.type == "cuda" else None
+        self.captures = 0  # graphs captured (on a CPU: warm-ups run), for the tests
+        self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
-    def __call__(self, active: int, index: torch.Tensor) -> None:
-        self.index[:active].copy_(index)
-        if active not in self.graphs:
-            self.graphs[active] = self._capture(active)
-        self.graphs[active]()
+    @classmethod
+    def of(cls, model, params: torch.Tensor, clients: Clients, devices: int, batch_size: int) -> StepGraphs:
+        """The model's StepGraphs for a round of `devices` devices: the ones it has where they fit the
+        round's shapes and number of devices, else new ones (the old buffers and graphs dropped)."""
+        layout = (params.device, params.dtype, tuple(params.shape), batch_size, tuple(clients.x.shape[1:]),
+                  clients.x.dtype, clients.y.dtype)
+        held = _HELD.get(model)
+        if held is None or held.layout != layout or held.capacity < devices:
+            capacity = devices if held is None or held.layout != layout else max(devices, held.capacity)
+            _HELD.pop(model, None)  # freed before the larger buffers are made
+            held = _HELD[model] = cls(layout, capacity)
+        return held
 
-    def _capture(self, active: int):
-        saved = self.stacked.clone()
-        view = self.index[:active]
+    @staticmethod
+    def held(model) -> StepGraphs | None:
+        """The StepGraphs a model's rounds use now, if any."""
+        return _HELD.get(model)
+
+    def round(self, model, params, problem: LocalProblem, clients: Clients, lr: float, plans) -> torch.Tensor:
+        """_local_sgd_stacked's round: the devices' local models, (devices, *params.shape), in their order."""
+        rows, first, steps, order = plans
+        self._load(params, problem, clients, order)
+        terms = (problem.correction is not None, problem.anchor is not None, float(problem.mu), float(lr))
+        for active, index in _step_rows(rows, first, steps, clients.x.device):
+            flat = index.flatten()
+            self.index[:active].copy_(index)
+            torch.index_select(clients.x, 0, flat, out=self.x[:len(flat)])
+            torch.index_select(clients.y, 0, flat, out=self.y[:len(flat)])
+            self._replay(model, (active, *terms))
+        return _in_device_order(self.stack[:len(order)], order)
+
+    def _load(self, params, problem: LocalProblem, clients: Clients, order: np.ndarray) -> None:
+        """The round's values into the buffers: its devices' starting models, w0, their corrections (in
+        the stack's order), the anchor, the padding row."""
+        k = len(order)
+        self.stack[:k].copy_(params.expand(k, *params.shape))
+        self.center.copy_(params)
+        if problem.correction is not None:
+            if self.correction is None:
+                self.correction = torch.empty_like(self.stack)
+            self.correction[:k].copy_(problem.correction[torch.from_numpy(order).to(params.device)])
+        if problem.anchor is not None:
+            if self.anchor is None:
+                self.anchor = torch.empty_like(self.center)
+            self.anchor.copy_(problem.anchor)
+        self.sentinel.fill_(clients.sentinel)
+
+    def _step(self, model, active: int, correction: bool, anchor: bool, mu: float, lr: float) -> None:
+        n = active * self.batch
+        _sgd_step(model, self.stack[:active], self.index[:active], self.x[:n].view(active, self.batch, *self.x_shape),
+                  self.y[:n].view(active, self.batch), self.sentinel, lr, mu, self.center,
+                  self.correction[:active] if correction else None, self.anchor if anchor else None)
+
+    def _replay(self, model, key: tuple) -> None:
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(model, key)
+        graph = self.graphs[key]
+        if graph is None:  # no graph on this device type: the step itself
+            self._step(model, *key)
+        else:
+            graph.replay()
+
+    def _capture(self, model, key: tuple):
+        """The step of `key` as a CUDA graph (None on another device type), after WARMUP eager steps
+        whose updates to the stack are undone."""
+        active = key[0]
+        saved = self.stack[:active].clone()
+        self.captures += 1
         if self.stream is None:
             for _ in range(self.WARMUP):
-                self.step(active, view)
-            self.stacked.copy_(saved)
-            return lambda: self.step(active, view)
-        self.stream.wait_stream(torch.cuda.current_stream(self.stacked.device))
+                self._step(model, *key)
+            self.stack[:active].copy_(saved)
+            return None
+        device = self.stack.device
+        self.stream.wait_stream(torch.cuda.current_stream(device))
         with torch.cuda.stream(self.stream):  # warm-up and capture on one stream (its handles made here)
             for _ in range(self.WARMUP):
-                self.step(active, view)
-            self.stacked.copy_(saved)
-        torch.cuda.current_stream(self.stacked.device).wait_stream(self.stream)
+                self._step(model, *key)
+            self.stack[:active].copy_(saved)
+        torch.cuda.current_stream(device).wait_stream(self.stream)
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, stream=self.stream):
-            self.step(active, view)
-        return graph.replay
+            self._step(model, *key)
+        return graph
 
 
 def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
