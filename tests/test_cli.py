@@ -101,7 +101,8 @@ def test_outputs_in_missing_folders_are_created_alike(tmp_path):
 # the flags the workflow's train rule and the users' scripts call: a renamed field must not drop one
 TRAIN_FLAGS = ["--data", "--method", "--option", "--mu", "--clients-per-round", "--epochs", "--batch-size", "--lr",
                "--rounds", "--seed", "--selection", "--second-subset", "--rng", "--init", "--engine", "--device",
-               "--threads", "--dtype", "--theory", "--load", "--eval-devices", "--eval-every", "--checkpoint", "--checkpoint-every",
+               "--threads", "--dtype", "--theory", "--load", "--eval-devices", "--eval-every", "--no-dissimilarity",
+               "--checkpoint", "--checkpoint-every",
                "--checkpoint-seconds",
                "--metrics", "--info"]
 

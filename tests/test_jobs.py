@@ -79,9 +79,11 @@ def test_device_auto_is_the_cpu_for_mclr_and_the_gpu_for_other_models():
 
 def test_a_runs_metric_settings_and_model_reach_its_command_line():
     cfg = {"datasets": {"s": {"load": "auto"},
-                        "c": {"load": "memory", "eval_devices": 25, "eval_every": 5, "model": "lenet5"}}}
+                        "c": {"load": "memory", "eval_devices": 25, "eval_every": 5, "model": "lenet5"},
+                        "n": {"load": "auto", "dissimilarity": False}, "y": {"load": "auto", "dissimilarity": True}}}
     assert jobs.eval_args(cfg, "s") == "--load auto"
     assert jobs.eval_args(cfg, "c") == "--load memory --eval-devices 25 --eval-every 5"
+    assert jobs.eval_args(cfg, "n") == "--load auto --no-dissimilarity" and jobs.eval_args(cfg, "y") == "--load auto"
     # the model: the one the run's folder names (its run tag), else the dataset kind's default
     assert [jobs.model_args(tag) for tag in ("", "_T20", "_lenet5", "_T20_cnn")] == \
         ["", "", "--model lenet5", "--model cnn"]

@@ -195,3 +195,39 @@ def test_write_run_is_complete_json(data, tmp_path):
     saved = json.loads((tmp_path / "run.json").read_text())
     assert saved["metrics_file"] == "m.csv" and "wall_seconds" in saved["result"]
     assert not list(tmp_path.glob(".*tmp"))
+
+
+def test_a_run_without_the_dissimilarities_trains_and_measures_the_same_less_their_columns(data):
+    """--no-dissimilarity: the metrics but the two dissimilarities are the full run's, bit for bit; those
+    two are empty (NaN); theory, which reads B's dissimilarity, refuses it."""
+    full, _ = run(config(data, method="feddane", mu=0.1))
+    lean, record = run(config(data, method="feddane", mu=0.1, dissimilarity=False))
+    dissimilarities = ["grad_dissimilarity", "b_dissimilarity"]
+    assert lean[dissimilarities].isna().all().all() and full[dissimilarities].notna().all().all()
+    pd.testing.assert_frame_equal(lean.drop(columns=dissimilarities), full.drop(columns=dissimilarities))
+    assert record["config"]["dissimilarity"] is False
+    assert "dissimilarity" in settings.fingerprint(config(data, dissimilarity=False))
+    assert settings.fingerprint(config(data)) == settings.fingerprint(config(data, dissimilarity=True))
+    with pytest.raises(ValueError, match="bad run setting dissimilarity=False: theory=True needs"):
+        run(config(data, theory=True, dissimilarity=False))
+
+
+def test_a_cnns_metrics_without_the_dissimilarities_skip_their_gradients(monkeypatch):
+    """Off the compiled pass the dissimilarities cost every evaluated device's full gradient: without
+    them, no gradient is computed and the losses are the same."""
+    import torch
+
+    from fedsim.engine import Clients
+    from fedsim.metrics import evaluate
+    from fedsim.models.lenet5 import LeNet5
+
+    model = LeNet5(num_classes=3)
+    params = model.init(torch.Generator().manual_seed(0))
+    x, y = torch.rand(13, 784, generator=torch.Generator().manual_seed(1)), torch.arange(13) % 3
+    train, test = Clients.from_arrays(x, y, np.array([0, 4, 9, 13])), Clients.from_arrays(x[:5], y[:5], np.array([0, 5]))
+    full = evaluate(model, params, train, test)
+    monkeypatch.setattr(LeNet5, "device_grads", lambda *a: pytest.fail("a gradient was computed"))
+    lean = evaluate(model, params, train, test, dissimilarity=False)
+    assert {k: v for k, v in lean.items() if "dissimilarity" not in k} == \
+        {k: v for k, v in full.items() if "dissimilarity" not in k}
+    assert math.isnan(lean["grad_dissimilarity"]) and math.isnan(lean["b_dissimilarity"])

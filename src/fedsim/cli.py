@@ -92,6 +92,8 @@ def _run_setting_argument(f: dataclasses.Field) -> tuple[str, dict]:
         kwargs["type"] = _number(meta["check"])
     if f.default is False:
         kwargs["action"] = "store_true"
+    elif f.default is True:
+        kwargs.update(action=argparse.BooleanOptionalAction, default=True)
     elif "default" not in kwargs:
         if f.default is dataclasses.MISSING:
             kwargs["required"] = True

@@ -17,23 +17,31 @@ rounding, tests/test_engine.py).
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .engine import Clients, accelerator_for
 
-COLUMNS = ["train_loss", "train_acc", "test_loss", "test_acc", "grad_dissimilarity", "b_dissimilarity"]
+DISSIMILARITIES = ["grad_dissimilarity", "b_dissimilarity"]
+COLUMNS = ["train_loss", "train_acc", "test_loss", "test_acc", *DISSIMILARITIES]
 
 
-def evaluate(model, params: torch.Tensor, train: Clients, test: Clients) -> dict[str, float]:
+def evaluate(model, params: torch.Tensor, train: Clients, test: Clients, dissimilarity: bool = True) -> dict[str, float]:
+    """The metrics of `params`; without `dissimilarity`, the two dissimilarities are NaN and, off the
+    compiled pass, not computed (they need every evaluated device's full gradient)."""
     accelerator = accelerator_for(model, params.device.type)
     if accelerator is not None:  # MCLR on the CPU: all of it one compiled call
-        return dict(zip(COLUMNS, accelerator.evaluation(params, train, test)))
+        values = dict(zip(COLUMNS, accelerator.evaluation(params, train, test)))
+        return values if dissimilarity else {**values, **dict.fromkeys(DISSIMILARITIES, math.nan)}
     (train_loss, train_acc), (test_loss, test_acc) = (model.stats(params, split.x[:-1], split.y[:-1])
                                                       for split in (train, test))  # [:-1]: not the padding row
+    values = {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc}
+    if not dissimilarity:
+        return {**values, **dict.fromkeys(DISSIMILARITIES, math.nan)}
     grads = model.device_grads(params, train.x[:-1], train.y[:-1], train.offsets).flatten(1)
     p = torch.from_numpy(train.sizes / train.sizes.sum()).to(grads)
-    return {"train_loss": train_loss, "train_acc": train_acc, "test_loss": test_loss, "test_acc": test_acc,
-            **_dissimilarities(grads, p)}
+    return {**values, **_dissimilarities(grads, p)}
 
 
 def _dissimilarities(grads, p) -> dict[str, float]:

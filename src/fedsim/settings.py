@@ -112,6 +112,9 @@ class RunConfig:
                                                                "many devices (default: all)")
     eval_every: int = setting(1, check=COUNT, help="compute the metrics every this many rounds and at the last "
                                                    "(default: every round)")
+    dissimilarity: bool = setting(True, help="compute the two gradient dissimilarities with the metrics: every "
+                                             "evaluated device's full local gradient, about twice the cost of its "
+                                             "loss on a CNN (--no-dissimilarity leaves their columns empty)")
     engine: str = setting("auto", role=NUMERICS, choices=ENGINE_NAMES,
                           help="local SGD; auto: the compiled kernel for MCLR on the CPU, the batched torch engine "
                                "otherwise (metrics and FedDANE's local gradients take the compiled pass for MCLR "
@@ -197,10 +200,11 @@ def setting_columns(config_class=RunConfig) -> list[str]:
 
 def fingerprint(config: RunConfig) -> str:
     """The settings a checkpoint must share with the run resuming it: all but the EXECUTION ones, and
-    the model only where one is named and eval_every only where it is not 1 (what every run did before
-    those settings existed, so their checkpoints still resume)."""
+    the model only where one is named, eval_every only where it is not 1 and dissimilarity only where
+    it is off (what every run did before those settings existed, so their checkpoints still resume)."""
     unset = {"model"} if config.model is None else set()
     unset |= {"eval_every"} if config.eval_every == 1 else set()
+    unset |= {"dissimilarity"} if config.dissimilarity else set()
     kept = {f.name for f in dataclasses.fields(config) if role(f) != EXECUTION} - unset
     return json.dumps({k: v for k, v in dataclasses.asdict(config).items() if k in kept}, sort_keys=True)
 

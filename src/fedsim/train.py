@@ -136,6 +136,8 @@ def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
         raise ValueError(f"bad run setting theory=True: {config.method} solves no local problem the theorems describe")
     if config.theory and config.eval_every != 1:
         raise ValueError(f"bad run setting eval_every={config.eval_every}: theory=True measures every round")
+    if config.theory and not config.dissimilarity:
+        raise ValueError("bad run setting dissimilarity=False: theory=True needs B's dissimilarity every round")
 
 
 class InputBuffer:
@@ -458,7 +460,7 @@ def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, st
             started = time.perf_counter()
             rows.append({"round": t, "communication_rounds": t * method.exchanges,
                          **counts,
-                         **evaluate(model, params, data.eval_train, data.eval_test)})
+                         **evaluate(model, params, data.eval_train, data.eval_test, config.dissimilarity)})
             clock["evaluation"] += time.perf_counter() - started
             if on_round is not None:
                 on_round(rows[-1])

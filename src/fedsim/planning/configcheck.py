@@ -370,6 +370,9 @@ def _check_experiment(cfg, name, exp) -> None:
         if exp.get("theory") and cfg["datasets"][dataset].get("eval_every", 1) != 1:
             raise ConfigError(["datasets", dataset, "eval_every"], f"must be 1 for experiment {name}, whose runs "
                                                                    "measure the theorems' constants every round")
+        if exp.get("theory") and cfg["datasets"][dataset].get("dissimilarity") is False:
+            raise ConfigError(["datasets", dataset, "dissimilarity"], f"must be true for experiment {name}, whose "
+                                                                      "runs need B's dissimilarity every round")
     if exp.get("figure") == "theory" and not exp.get("theory"):
         raise ConfigError(where + ["theory"], "must be true for figure: theory (its runs log the constants it draws)")
     if "mu" in exp:

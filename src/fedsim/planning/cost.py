@@ -200,9 +200,10 @@ def round_train_seconds(sizes, k, epochs, batch_size, consts, selection="uniform
 
 
 def run_cost(sizes: Sizes, *, rounds, k, epochs, batch_size, consts, gradients="none", eval_devices=None,
-             selection="uniform", eval_every=1) -> RunCost:
+             selection="uniform", eval_every=1, dissimilarity=True) -> RunCost:
     """Seconds of one run (see the module docstring); `gradients`: the method's full-gradient
-    exchange (fedsim.methods: none, sampled = K devices, all = every device)."""
+    exchange (fedsim.methods: none, sampled = K devices, all = every device); `dissimilarity`: the
+    metrics' full local gradients."""
     train = sizes.train
     n_dev = len(train)
     per_round = round_train_seconds(train, k, epochs, batch_size, consts, selection)
@@ -210,7 +211,7 @@ def run_cost(sizes: Sizes, *, rounds, k, epochs, batch_size, consts, gradients="
     g_rows = {"none": 0.0, "sampled": expected_sum(g, k, train, selection), "all": float(g.sum())}[gradients]
     share = 1.0 if eval_devices is None else min(1.0, eval_devices / n_dev)
     eval_rows = share * float(train.sum() + sizes.test.sum())
-    per_eval = consts["eval_row_s"] * eval_rows + consts["grad_row_s"] * share * float(g.sum())
+    per_eval = consts["eval_row_s"] * eval_rows + consts["grad_row_s"] * share * float(g.sum()) * dissimilarity
     return RunCost(rounds * per_round, rounds * consts["grad_row_s"] * g_rows,
                    evaluations(rounds, eval_every) * per_eval)
 
@@ -228,7 +229,8 @@ def run_round_seconds(config, kind: str, constants=None) -> float | None:
     consts = (constants or load_constants(os.environ.get(CALIBRATION_ENV))[0])[kind]
     cost = run_cost(file_sizes(config.data), rounds=config.rounds, k=config.clients_per_round, epochs=config.epochs,
                     batch_size=config.batch_size, consts=consts, gradients=ENTRIES[config.method].method.gradients,
-                    eval_devices=config.eval_devices, selection=config.selection, eval_every=config.eval_every)
+                    eval_devices=config.eval_devices, selection=config.selection, eval_every=config.eval_every,
+                    dissimilarity=config.dissimilarity)
     return cost.total_s / max(config.rounds, 1)
 
 
@@ -255,12 +257,13 @@ def load_constants(path=None) -> tuple[dict, str]:
 
 def lstm_run_cost(cfg, dataset, sizes: Sizes, constants, *, method, k, epochs, rounds) -> RunCost:
     """One run of the workflow on an LSTM dataset: the model above with the dataset entry's batch
-    size, eval_devices and eval_every, the simulator's selection and the method's gradient exchange."""
+    size, eval_devices, eval_every and dissimilarity, the simulator's selection and the method's
+    gradient exchange."""
     entry = cfg["datasets"][dataset]
     return run_cost(sizes, rounds=rounds, k=k, epochs=epochs, batch_size=int(entry["batch_size"]),
                     consts=constants[entry["kind"]], gradients=ENTRIES[method].method.gradients,
                     eval_devices=entry.get("eval_devices"), selection=cfg["simulator"]["selection"],
-                    eval_every=entry.get("eval_every", 1))
+                    eval_every=entry.get("eval_every", 1), dissimilarity=entry.get("dissimilarity", True))
 
 
 def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> list[DatasetCost]:
@@ -320,11 +323,15 @@ def train_seconds(cfg, dataset, *, method, k, epochs, rounds, theory, sizes_of, 
     return seconds * (THEORY_FACTOR if theory else 1)
 
 
+FORWARD_SHARE = 1 / 3  # a forward pass's share of a training step (forward, input and weight gradients)
+
+
 def conv_run_seconds(cfg, dataset, sizes_of, *, method, k, epochs, rounds) -> float:
     """A CNN run: k devices' epochs a round (and their full gradients where the method sends them),
     and its evaluations (every `eval_every` rounds, on `eval_devices` of the devices), at its model's
     `sample_seconds`: a metrics row costs about one training sample (its forward pass, and the full
-    local gradient the dissimilarities need)."""
+    local gradient the dissimilarities need), a third of one without the dissimilarities (a forward
+    pass is about a third of a training step's arithmetic)."""
     entry = cfg["datasets"][dataset]
     try:
         sizes = sizes_of(dataset) if sizes_of is not None else None
@@ -339,7 +346,8 @@ def conv_run_seconds(cfg, dataset, sizes_of, *, method, k, epochs, rounds) -> fl
     gradients = {"none": 0, "sampled": k, "all": devices}[ENTRIES[method].method.gradients]
     share = min(1.0, entry.get("eval_devices", devices) / devices)
     evaluated = evaluations(rounds, entry.get("eval_every", 1))
-    rows = rounds * (k * epochs + gradients) * device_rows + evaluated * share * all_rows
+    per_metrics_row = 1.0 if entry.get("dissimilarity", True) else FORWARD_SHARE
+    rows = rounds * (k * epochs + gradients) * device_rows + evaluated * share * all_rows * per_metrics_row
     return rows * model_spec(entry_model(cfg, dataset)).sample_seconds
 
 

@@ -334,8 +334,8 @@ def selection_folder(cfg) -> str:
 def selected_experiments(cfg) -> dict:
     """The experiments `only_experiments` and `only_datasets` select (null: all). A selected
     experiment keeps the selected datasets and is left out without any; an experiment a selected
-    one takes its mu from (`mu_from`) stays, on those datasets and without its figure, for the
-    tuning runs that choose that mu."""
+    one takes its values from (`mu_from`) stays, on those datasets and without its figure, for the
+    tuning runs that choose them (its methods whose mu, option or lr it tunes)."""
     only_experiments, only_datasets = cfg.get("only_experiments"), cfg.get("only_datasets")
     for key, names, known in (("only_experiments", only_experiments, cfg["experiments"]),
                               ("only_datasets", only_datasets, cfg["datasets"])):
@@ -355,7 +355,7 @@ def selected_experiments(cfg) -> dict:
         if mu_source(cfg, name) == "from" and exp["mu_from"] not in chosen:
             datasets, methods = needed.setdefault(exp["mu_from"], (set(), set()))
             datasets.update(exp["datasets"])
-            methods.update(m for m in exp["methods"] if method_kind(m) == "tuned")
+            methods.update(m for m in exp["methods"] if tunes(cfg, m, name))
     for source, (datasets, methods) in needed.items():
         exp = cfg["experiments"][source]
         chosen[source] = {**{k: v for k, v in exp.items() if k != "figure"},

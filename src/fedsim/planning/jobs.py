@@ -82,7 +82,8 @@ def arrays_args(cfg, dataset) -> str:
 
 
 # A dataset entry's keys that say how its runs train, not what the dataset holds
-TRAINING_KEYS = ("lr", "batch_size", "rounds", "fedprox_mu", "eval_devices", "eval_every", "load", "model")
+TRAINING_KEYS = ("lr", "batch_size", "rounds", "fedprox_mu", "eval_devices", "eval_every", "dissimilarity", "load",
+                 "model")
 
 
 def declared_entry(cfg, dataset) -> str:
@@ -159,6 +160,7 @@ def planned_runs_csv(cfg, plan, run_dir) -> str:
         setting=[setting_name(m) for m in plan["method"]],
         eval_devices=[entry.get("eval_devices", "") for entry in datasets],
         eval_every=[entry.get("eval_every", 1) for entry in datasets],
+        dissimilarity=[entry.get("dissimilarity", True) for entry in datasets],
         model=[tag_model(tag) or "" for tag in plan["T"]],
         **{key: cfg["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
         run=[run_dir(*run) if run.mu != "tuned" else "" for run in plan[list(RUN_FIELDS)].itertuples(index=False)],
@@ -182,10 +184,14 @@ def setting_args(method, value) -> str:
 
 
 def eval_args(cfg, dataset) -> str:
-    """How a run reads its dataset, on how many devices and how often it computes the metrics."""
+    """How a run reads its dataset, on how many devices and how often it computes the metrics, and
+    whether with the dissimilarities."""
     entry = cfg["datasets"][dataset]
-    return f"--load {entry['load']}" + (f" --eval-devices {entry['eval_devices']}" if "eval_devices" in entry else "") \
-        + (f" --eval-every {entry['eval_every']}" if "eval_every" in entry else "")
+    args = [f"--load {entry['load']}"]
+    args += [f"--eval-devices {entry['eval_devices']}"] if "eval_devices" in entry else []
+    args += [f"--eval-every {entry['eval_every']}"] if "eval_every" in entry else []
+    args += ["--no-dissimilarity"] if entry.get("dissimilarity") is False else []
+    return " ".join(args)
 
 
 def model_args(tag) -> str:
