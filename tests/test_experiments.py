@@ -2,6 +2,7 @@
 the default config plans the default run's runs, and a mistake is one ConfigError naming its key."""
 
 import copy
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -170,7 +171,8 @@ def test_a_run_folder_names_its_model_where_it_is_not_the_kinds_default():
         plans[model] = {stem(run) for run in experiments.runs_of(experiments.plan(checked))
                         if checked["datasets"][run.dataset].get("model")}
     assert plans["lenet5"] and not plans["lenet5"] & plans["cnn"]
-    assert all("_lenet5_seed" in s for s in plans["lenet5"]) and all("_cnn_seed" in s for s in plans["cnn"])
+    for model, stems in plans.items():  # the model, then the client lr where the tuning's differs from 0.03
+        assert all(re.search(rf"_E1_{model}(_lr[0-9.]+)?_seed", s) for s in stems), model
     default = config_with("paper.yaml")
     named = copy.deepcopy(default)
     named["datasets"]["femnist"]["model"] = "mclr"
@@ -257,3 +259,20 @@ def test_an_lr_grid_mistake_is_one_config_error(edit, path, problem):
     with pytest.raises(ConfigError) as caught:
         check_config(cfg, SCHEMA, REPO)
     assert caught.value.path == path and problem in caught.value.problem, caught.value
+
+
+def test_the_cnn_comparison_tunes_every_methods_lr_then_reruns_the_choice_on_three_seeds():
+    """config/successors-cnn.yaml: on seed 0, every method over at least three client lrs (jointly with
+    its own setting); then each at its chosen pair on seeds 0, 1 and 2, known once the tuning has run."""
+    cfg = config_with("successors-cnn.yaml")
+    check_config(cfg, SCHEMA, REPO)
+    cfg["experiments"] = experiments.selected_experiments(cfg)
+    plan = experiments.plan(cfg)
+    tuning = plan[plan["experiment"] == "successors_cnn_tuning"]
+    lrs = tuning.assign(lr=[experiments.tag_lr(cfg, d, t) for d, t in zip(tuning["dataset"], tuning["T"])])
+    per_method = lrs.groupby(["dataset", "method"])["lr"].nunique()
+    assert len(per_method) == 2 * 14 and per_method.min() >= 3
+    assert set(tuning["seed"]) == {"0"}
+    chosen = plan[plan["experiment"] == "successors_cnn"]
+    assert set(chosen["mu"]) == {"tuned"} and set(chosen["seed"]) == {"0", "1", "2"}
+    assert len(chosen) == 2 * 14 * 3
