@@ -27,8 +27,8 @@ training only, carry their targets (1.5 and 2).
 The torch oracle does the same number of SGD steps (sum over the round's devices of
 E ceil(n_k/B)) as plain batched matmuls: K equal lanes of ceil(steps/K) steps over data laid out
 beforehand, with no batch plans, gathers, ragged devices, chunks or local-problem set-up, using
-the batched engine's own step (with the constant term of FedProx and FedDANE's local problems
-when the method has one). It ignores that one device's steps are sequential, so the longest
+the batched engine's own step (MCLR.descend: with the constant term of FedProx and FedDANE's local
+problems when the method has one). It ignores that one device's steps are sequential, so the longest
 device bounds the batched engine from below: its step count is printed beside the oracle's
 depth. It is the bound for the batched engine (torch ops); the floor is the bound for the kernel.
 

@@ -8,6 +8,7 @@ from torch import nn
 
 from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
 from fedsim.methods import LocalProblem
+from fedsim.models import Model
 from fedsim.models.cnn import CNN
 from fedsim.models.lenet5 import LeNet5
 
@@ -128,6 +129,57 @@ def test_a_stack_of_devices_equals_each_device_alone():
         (expected,) = torch.autograd.grad((model.sample_losses(w, x[k], y[k]) * weight[k]).sum(), w)
         torch.testing.assert_close(grads[k], expected, rtol=1e-10, atol=1e-12)
 
+
+
+@pytest.mark.parametrize("make", [small_cnn, small_lenet, CNN])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("devices", [1, 3])
+@pytest.mark.parametrize("offset", [0, 1])
+def test_the_hand_written_backward_gives_autograds_bits(make, dtype, devices, offset):
+    """CNN.stacked_grads (no autograd, each layer's gradients written into their views of `out`) equals
+    Model.stacked_grads (autograd's backward, then the views joined) bit for bit: for one device and a
+    stack, into a new tensor and into memory at an odd offset (where MKL's matmuls round otherwise)."""
+    model = make()
+    g = torch.Generator().manual_seed(devices)
+    stacked = torch.stack([model.init(torch.Generator().manual_seed(s), dtype) for s in range(devices)])
+    stacked[:, model.layout.size - 20:] += 0.1  # biases too (LEAF's start at zero)
+    x = torch.rand(devices, 7, model.side * model.side, generator=g, dtype=dtype)
+    y = torch.randint(0, model.num_classes, (devices, 7), generator=g)
+    weight = torch.rand(devices, 7, generator=g, dtype=dtype)
+    weight[0, -2:] = 0  # padded slots
+    expected = Model.stacked_grads(model, stacked, x, y, weight)
+    out = torch.full((devices, model.layout.size + offset), float("nan"), dtype=dtype)[:, offset:]
+    assert model.stacked_grads(stacked, x, y, weight, out=out) is out
+    assert torch.equal(out, expected)
+    assert torch.equal(model.stacked_grads(stacked, x, y, weight), expected)
+    if devices == 1:
+        assert torch.equal(model.stacked_grads(stacked[0], x[0], y[0], weight[0]), expected[0])
+
+
+@pytest.mark.parametrize("make", [small_cnn, small_lenet, CNN])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("terms", ["none", "mu and correction", "anchor"])
+def test_one_devices_steps_by_blocks_give_the_general_rules_bits(make, dtype, terms):
+    """CNN.descend for one device on a CPU (each tensor updated inside the backward, a dense kernel by
+    blocks of rows: LEAF's first one in 25 blocks) against Model.descend (the whole gradient vector,
+    then the terms and the update), bit for bit, over two steps with padded slots."""
+    model = make()
+    g = torch.Generator().manual_seed(2)
+    params = model.init(torch.Generator().manual_seed(1), dtype)
+    x = torch.rand(2, 1, 5, model.side * model.side, generator=g, dtype=dtype)
+    y = torch.randint(0, model.num_classes, (2, 1, 5), generator=g)
+    weight = torch.full((2, 1, 5), 0.2, dtype=dtype)
+    weight[1, 0] = torch.tensor([0.5, 0.5, 0, 0, 0])
+    extra = {"none": {},
+             "anchor": {"anchor": params + 0.01 * torch.randn(params.shape, generator=g, dtype=dtype)},
+             "mu and correction": {"mu": 0.3, "correction": 0.01 * torch.randn(1, *params.shape, generator=g,
+                                                                                dtype=dtype)}}[terms]
+    start = params + 0.01 * torch.randn(1, *params.shape, generator=g, dtype=dtype)
+    blocks, whole = start.clone(), start.clone()
+    model.descend(blocks, x, y, weight, 0.05, center=params, **extra)
+    Model.descend(model, whole, x, y, weight, 0.05, center=params, **extra)
+    assert (blocks != start).any()
+    assert torch.equal(blocks, whole)
 
 @pytest.mark.parametrize("make", [small_cnn, small_lenet])
 @pytest.mark.parametrize("stacked", [False, True])

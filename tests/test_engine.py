@@ -56,6 +56,40 @@ def test_float32_engines_agree_to_rounding():
     torch.testing.assert_close(batched, loop, rtol=1e-4, atol=1e-5)
 
 
+
+@pytest.mark.parametrize("terms", ["none", "mu and correction", "anchor"])
+def test_mclrs_closed_form_steps_are_the_general_rules(terms):
+    """MCLR.descend (transposed weights, four operations a step) against Model.descend (each step's
+    stacked gradients, then the terms and the update), over steps with padded slots."""
+    from fedsim.models import Model
+
+    model, _ = tiny_clients(dtype=torch.float64)
+    params = tiny_params(model, dtype=torch.float64)
+    g = torch.Generator().manual_seed(5)
+    steps, k, b = 6, 3, 4
+    x = torch.randn(steps, k, b, params.shape[0], generator=g, dtype=torch.float64)
+    y = torch.randint(0, params.shape[1], (steps, k, b), generator=g)
+    weight = torch.full((steps, k, b), 1 / b, dtype=torch.float64)
+    weight[2, 1, 1:] = 0
+    weight[2, 1, 0] = 1
+    extra = {"none": {}, "anchor": {"anchor": params + 0.1 * torch.randn(params.shape, generator=g, dtype=torch.float64)},
+             "mu and correction": {"mu": 0.3, "correction": 0.05 * torch.randn(k, *params.shape, generator=g,
+                                                                                dtype=torch.float64)}}[terms]
+    start = params + 0.1 * torch.randn(k, *params.shape, generator=g, dtype=torch.float64)
+    closed, general = start.clone(), start.clone()
+    model.descend(closed, x, y, weight, 0.05, center=params, **extra)
+    Model.descend(model, general, x, y, weight, 0.05, center=params, **extra)
+    assert (closed != start).any(dim=(1, 2)).all()
+    torch.testing.assert_close(closed, general, rtol=0, atol=1e-12)
+
+
+def test_the_steps_chunks_change_no_bit(monkeypatch):
+    """The general rule gathers the batches of many steps at once (engine._step_chunks): a chunk a step
+    gives the same bits."""
+    many = whole_round(torch.float32, np.arange(len(SIZES)))[0]
+    monkeypatch.setattr(engine, "CHUNK_STEPS", 1)
+    assert torch.equal(whole_round(torch.float32, np.arange(len(SIZES)))[0], many)
+
 @pytest.mark.parametrize("batch_size", [1, 4, 10, 200])
 @pytest.mark.parametrize("with_terms", [True, False])
 def test_kernel_equals_per_device_loop(batch_size, with_terms):

@@ -4,10 +4,11 @@ Every engine solves the same LocalProblem with the same mini-batches (one seeded
 device, round and epoch), so they agree to rounding:
 
 - `local_sgd_batched` is the rule for every torch model: all K devices as ONE computation, their
-  models stacked along a leading device dimension, each step's gradients from the model's
-  `stacked_grads` (a closed form for MCLR, one autograd backward for the others). Devices with
-  fewer steps drop out of the stack: they are ordered longest-first, so the ones still training
-  are always a prefix and no masking is needed.
+  models stacked along a leading device dimension, the steps run by the model's `descend` (by
+  default each step's gradients from its `stacked_grads`: one autograd backward, or a model's own
+  backward as the CNN's; MCLR's steps in closed form). Devices with fewer steps drop out of the
+  stack: they are ordered longest-first, so the ones still training are always a prefix and no
+  masking is needed.
 - accelerators (`ACCELERATORS`) run the models that name them faster, on one kind of device, for
   the LocalProblem fields they declare: `kernel`, a compiled loop for MCLR on the CPU
   (fedsim.kernel: numba, one core, devices one after another), which also gives MCLR's full
@@ -31,6 +32,7 @@ the file, and `Clients.locate` turns indices into its own positions.
 from __future__ import annotations
 
 import dataclasses
+import math
 import weakref
 from dataclasses import dataclass
 from typing import Callable
@@ -176,18 +178,30 @@ def local_sgd_batched(model, params, problem: LocalProblem, clients: Clients, de
 
     The same plans and update rule as the loop, w <- w - lr (g + c_k + mu (w - w0)) with g the
     batch gradient (minus the same batch's at the anchor, for Mime). The K models are stacked
-    (K, *params.shape), longest plan first; each step gathers the active devices' batches
-    (active, B, ...) and gets their gradients from the model's stacked_grads (on a device type where
-    the model does not declare that stacking pays, `stacks_on`, one device at a time). A padded slot
+    (K, *params.shape), longest plan first; the steps run in chunks (_step_chunks: the active
+    devices' batches of consecutive steps gathered at once, (T, active, B, ...)) by the model's
+    `descend` (by default, each step's gradients from its stacked_grads; on a device type where the
+    model does not declare that stacking pays, `stacks_on`, one device at a time). A padded slot
     (sentinel row) weighs 0 and the others 1 / (real samples in the batch): each device's
     batch-mean loss.
     """
     require_fields(problem, GENERAL_FIELDS, "the batched engine")
     devices = np.asarray(devices, dtype=np.int64)
-    if params.device.type not in model.stacks_on:  # the same rule, a stack of one device at a time
-        return torch.cat([_local_sgd_stacked(model, params, _one_device(problem, j), clients, devices[j:j + 1],
-                                             settings, round_) for j in range(len(devices))])
-    return _local_sgd_stacked(model, params, problem, clients, devices, settings, round_)
+    if params.device.type in model.stacks_on:
+        return _local_sgd_stacked(model, params, problem, clients, devices, settings, round_)
+    # the same rule, a stack of one device at a time: each trains its own row of the result in place,
+    # all with one gradient buffer (fresh memory for each would cost its page faults again)
+    local = params.expand(len(devices), *params.shape).clone()
+    grads = torch.empty_like(params).unsqueeze(0)
+    for j in range(len(devices)):
+        one = _one_device(problem, j)
+        plans = _stacked_plans(clients, devices[j:j + 1], settings, round_, one.steps)
+        if _graphed(model, params, one):
+            graphs = StepGraphs.of(model, params, clients, 1, settings.batch_size)
+            local[j:j + 1] = graphs.round(model, params, one, clients, settings.lr, plans)
+        else:
+            _descend(model, local[j:j + 1], params, one, clients, settings.lr, plans, grads)
+    return local
 
 
 def _one_device(problem: LocalProblem, j: int) -> LocalProblem:
@@ -201,15 +215,21 @@ def _local_sgd_stacked(model, params, problem: LocalProblem, clients: Clients, d
     if _graphed(model, params, problem):
         graphs = StepGraphs.of(model, params, clients, len(devices), settings.batch_size)
         return graphs.round(model, params, problem, clients, settings.lr, plans)
-    rows, first, steps, order = plans
     stacked = params.expand(len(devices), *params.shape).clone()
+    _descend(model, stacked, params, problem, clients, settings.lr, plans, torch.empty_like(stacked))
+    return _in_device_order(stacked, plans[3])
+
+
+def _descend(model, stacked, params, problem: LocalProblem, clients: Clients, lr: float, plans, grads) -> None:
+    """The plans' steps on `stacked` (the devices' models in the plans' order), in place, chunk by chunk;
+    `grads` (stacked's shape): the gradients' buffer for the round."""
+    rows, first, steps, order = plans
     correction = None
     if problem.correction is not None:
         correction = problem.correction[torch.from_numpy(order).to(params.device)]
-    for active, index in _step_rows(rows, first, steps, clients.x.device):
-        _sgd_step(model, stacked[:active], index, clients.x[index], clients.y[index], clients.sentinel, settings.lr,
-                  problem.mu, params, None if correction is None else correction[:active], problem.anchor)
-    return _in_device_order(stacked, order)
+    for active, x, y, weight in _step_chunks(clients, rows, first, steps, stacked.dtype):
+        model.descend(stacked[:active], x, y, weight, lr, problem.mu, params,
+                      None if correction is None else correction[:active], problem.anchor, grads[:active])
 
 
 def _sgd_step(model, w, index, x, y, sentinel, lr, mu, center, correction, anchor) -> None:
@@ -218,14 +238,37 @@ def _sgd_step(model, w, index, x, y, sentinel, lr, mu, center, correction, ancho
     and the others 1 / (real samples in the batch): each device's batch-mean loss."""
     real = index != sentinel
     weight = real.to(w.dtype) / real.sum(-1, keepdim=True).clamp(min=1)  # 1/3 in float64 for float64
-    grad = model.stacked_grads(w, x, y, weight)
-    if anchor is not None:  # minus the same batches' gradients at the anchor (Mime)
-        grad = grad - model.stacked_grads(anchor.expand_as(w), x, y, weight)
-    if correction is not None:
-        grad = grad + correction
-    if mu:
-        grad = grad + mu * (w - center)
-    w -= lr * grad  # in place: updates the stack
+    model.descend(w, x.unsqueeze(0), y.unsqueeze(0), weight.unsqueeze(0), lr, mu, center, correction, anchor)
+
+
+CHUNK_FLOATS = 1 << 21  # input values gathered for one chunk of steps (8 MiB in float32): bounds its memory
+CHUNK_STEPS = 256       # ... and its steps
+
+
+def _step_chunks(clients: Clients, rows: np.ndarray, first: np.ndarray, steps: np.ndarray, dtype):
+    """The round's steps in chunks of consecutive steps with the same active devices (longest first: a
+    prefix): (active, x (T, active, B, ...), y (T, active, B), weight (T, active, B)), the batches' rows of
+    T steps gathered in one call each, not one a step. x is a view of one buffer the chunks share
+    (gathered into, not made anew: fresh memory costs page faults), valid until the next chunk.
+    The weights: 0 for a padded slot (sentinel row), else 1 / (real samples in the batch)."""
+    device, batch = clients.x.device, rows.shape[1]
+    index_all = torch.from_numpy(rows).to(device)  # every step's rows sent once (no copy, and no wait, per step)
+    row_floats = max(1, math.prod(clients.x.shape[1:]))
+    buffer, start = None, 0
+    for active in range(len(steps), 0, -1):
+        end = int(steps[active - 1])
+        span = max(1, min(CHUNK_STEPS, CHUNK_FLOATS // (active * batch * row_floats)))
+        for lo in range(start, end, span):
+            at = first[:active] + np.arange(lo, min(lo + span, end))[:, None]
+            index = index_all[torch.from_numpy(at).to(device)]  # (T, active, B)
+            flat = index.flatten()
+            if buffer is None or len(buffer) < len(flat):
+                buffer = clients.x.new_empty(len(flat), *clients.x.shape[1:])
+            x = torch.index_select(clients.x, 0, flat, out=buffer[:len(flat)]).view(*index.shape, *clients.x.shape[1:])
+            real = index != clients.sentinel
+            weight = real.to(dtype) / real.sum(-1, keepdim=True).clamp(min=1)
+            yield active, x, clients.y.index_select(0, flat).view(index.shape), weight
+        start = max(start, end)
 
 
 def _step_rows(rows: np.ndarray, first: np.ndarray, steps: np.ndarray, device):

@@ -30,8 +30,9 @@ and implements, on an instance,
 cross-entropy over one logit per class and the largest logit's class; a model of another loss
 replaces both (Sent140's one logit: binary cross-entropy). The rest has defaults here that a model
 may replace with a faster form of the same numbers: the mean loss of a batch, the chunked loss and accuracy of a split (`stats`), every device's
-gradient in one stacked backward (`stacked_grads`), and each device's full local gradient
-(`device_grads`). The engines, the metrics and the round loop ask only for these: what a model
+gradient in one stacked backward (`stacked_grads`, written into the caller's tensor where it gives
+one), the local SGD steps of a stack of devices (`descend`: the general rule's, from those
+gradients) and each device's full local gradient (`device_grads`). The engines, the metrics and the round loop ask only for these: what a model
 is never decides a route, its declarations do.
 
 Adding a model: one file here with its MODEL and its test (docs/architecture.md, "Where to add").
@@ -51,7 +52,8 @@ import torch.nn.functional as F
 
 from ..specs import FILE_KINDS, MODELS_DIR, ModelSpec, model_files
 
-EVAL_FLOATS = 1 << 25   # activations per evaluation chunk (128 MiB in float32)
+EVAL_FLOATS = 1 << 22   # activations per evaluation chunk (16 MiB in float32): small enough to stay near the
+                        # cache, where a CNN's forward runs far faster than over one chunk of every row
 GRAD_FLOATS = 1 << 22   # per gradient chunk: autograd keeps several such tensors per layer
 
 
@@ -131,8 +133,10 @@ class Model:
         n = max(len(y), 1)
         return loss / n, correct / n
 
-    def stacked_grads(self, stacked, x, y, weight) -> torch.Tensor:
-        """Gradients of sum_b weight[k, b] loss(stacked[k]; x[k, b], y[k, b]), per device: (K, *shape).
+    def stacked_grads(self, stacked, x, y, weight, out=None) -> torch.Tensor:
+        """Gradients of sum_b weight[k, b] loss(stacked[k]; x[k, b], y[k, b]), per device: (K, *shape),
+        written into `out` where given (a tensor of stacked's shape; a model's own form takes it too),
+        else into a new tensor.
         Each device's loss touches only its own slice of the stack, so one backward of the sum gives
         every device's own gradient. The backward runs to each named tensor, not to the flat vector:
         a view's backward would write a zero-filled copy of the whole vector per tensor (for the
@@ -141,7 +145,29 @@ class Model:
             parts = {name: view.detach().requires_grad_(True) for name, view in self.layout.views(stacked).items()}
             loss = (self.losses(self.forward(parts, x), y) * weight).sum()
             grads = torch.autograd.grad(loss, list(parts.values()))
-        return torch.cat([g.flatten(stacked.dim() - 1) for g in grads], -1)
+        return torch.cat([g.flatten(stacked.dim() - 1) for g in grads], -1, out=out)
+
+    def descend(self, stacked, x, y, weight, lr: float, mu: float = 0.0, center=None, correction=None, anchor=None,
+                grads=None) -> None:
+        """Local SGD steps of the stack's models (K, *shape), in place: one per batch, step t on x[t] and y[t]
+        ((T, K, B, ...) and (T, K, B)) with the slots' weights weight[t] (each device's batch-mean loss),
+
+            w <- w - lr (g + c + mu (w - w0)),
+
+        g each device's gradient of its weighted batch loss (minus the same batch's at `anchor`: Mime),
+        c its row of `correction` (K, *shape), w0 = `center`. `grads`: where the gradients may go (a
+        tensor of stacked's shape, the engine's for the round: fresh memory each step costs page
+        faults). The general rule's steps (fedsim.engine), from stacked_grads; the update rounds as the
+        loop engine's, w - (lr g)."""
+        for xt, yt, wt in zip(x, y, weight):
+            grad = self.stacked_grads(stacked, xt, yt, wt, out=grads)
+            if anchor is not None:
+                grad.sub_(self.stacked_grads(anchor.expand_as(stacked), xt, yt, wt))
+            if correction is not None:
+                grad.add_(correction)
+            if mu:
+                grad.add_((stacked - center).mul_(mu))
+            stacked.sub_(grad.mul_(lr))
 
     def gradient_rows(self, sizes: np.ndarray) -> np.ndarray:
         """How many of each device's first rows its full local gradient reads: all of them."""
@@ -166,7 +192,7 @@ class Model:
             real = slot < used[lo:hi, None]
             index = torch.from_numpy(np.where(real, offsets[lo:hi, None] + slot, 0)).to(x.device)
             weight = torch.from_numpy(real / np.maximum(used[lo:hi, None], 1)).to(params)
-            grads[lo:hi] = self.stacked_grads(params.expand(hi - lo, *params.shape), x[index], y[index], weight)
+            self.stacked_grads(params.expand(hi - lo, *params.shape), x[index], y[index], weight, out=grads[lo:hi])
         return grads
 
 

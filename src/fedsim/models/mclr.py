@@ -92,12 +92,44 @@ class MCLR(Model):
         logits, n = self.logits(params, x), max(len(y), 1)
         return F.cross_entropy(logits, y, reduction="sum").item() / n, (logits.argmax(-1) == y).sum().item() / n
 
-    def stacked_grads(self, stacked, x, y, weight) -> torch.Tensor:
+    def stacked_grads(self, stacked, x, y, weight, out=None) -> torch.Tensor:
         """Per-device gradients of the weighted batch losses in closed form: X_k^T (weight_k (P_k - Y_k)),
         stacked (K, features + 1, classes), x (K, B, features + 1), y and weight (K, B)."""
         residual = torch.bmm(x, stacked).softmax(-1)
         residual.scatter_add_(-1, y.unsqueeze(-1), -torch.ones_like(residual[..., :1]))
-        return torch.bmm(x.mT, residual * weight.unsqueeze(-1))
+        grads = torch.bmm(x.mT, residual * weight.unsqueeze(-1))
+        return grads if out is None else out.copy_(grads)  # not bmm's out=: MKL rounds by the memory's alignment
+
+    def descend(self, stacked, x, y, weight, lr: float, mu: float = 0.0, center=None, correction=None, anchor=None,
+                grads=None) -> None:
+        """Model.descend's steps in closed form, four operations a step. The weights are kept
+        transposed, V = W^T (K, classes, features + 1), and the logits as (K, classes, B): the layout
+        in which both matmuls and the softmax read contiguous memory (a softmax over a last dimension
+        of a few classes runs several times slower). With X_w = X scaled by its slots' weights, a step is
+
+            V <- (1 - lr mu) V - lr (softmax(V X^T) - Y^T) X_w + lr (mu w0 - c)^T
+
+        (with an anchor, its softmax in place of Y^T: the labels cancel): bmm, softmax, sub_, baddbmm_
+        (+ add_ for the constant term). The default's rule, rounded in another order."""
+        v = stacked.mT.contiguous()
+        x_t = x.mT.contiguous()            # (T, K, features + 1, B)
+        x_w = x * weight.unsqueeze(-1)     # (T, K, B, features + 1)
+        classes = torch.arange(self.num_classes, device=y.device)
+        y_t = (y.unsqueeze(-2) == classes[:, None]).to(x.dtype)  # one-hot, (T, K, classes, B)
+        shift = None  # lr (mu w0 - c)^T: the part of every step that does not depend on V
+        if mu or correction is not None:
+            shift = lr * mu * center
+            if correction is not None:
+                shift = shift - lr * correction
+            shift = shift.mT.expand_as(v).contiguous()
+        at = None if anchor is None else anchor.mT.expand_as(v).contiguous()
+        for x_t_s, x_w_s, y_t_s in zip(x_t, x_w, y_t):
+            target = y_t_s if at is None else torch.bmm(at, x_t_s).softmax(1)
+            residual = torch.bmm(v, x_t_s).softmax(1).sub_(target)
+            v.baddbmm_(residual, x_w_s, beta=1 - lr * mu, alpha=-lr)
+            if shift is not None:
+                v.add_(shift)
+        stacked.copy_(v.mT)
 
     def residual(self, params: torch.Tensor, x: torch.Tensor, y: torch.Tensor, logits=None) -> torch.Tensor:
         """softmax(x W) - onehot(y): the loss gradient with respect to the logits, per sample."""
