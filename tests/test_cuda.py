@@ -105,6 +105,19 @@ def test_graphed_lstm_rounds_give_the_eager_rounds_numbers(tmp_path, kind, lr, d
     np.testing.assert_allclose(graphed.to_numpy(float), eager.to_numpy(float), **tolerance)
 
 
+@pytest.mark.parametrize("kind, lr", [("shakespeare", 0.8), ("sent140", 0.3)])
+def test_a_streamed_graphed_cuda_run_gives_the_in_memory_bits(tmp_path, kind, lr):
+    """Streamed, each round's rows are read on a second thread while the round before captures and
+    replays its graphs; that thread must leave CUDA alone (RunData.load's to_device), or a capture
+    fails. The run is the in-memory run bit for bit."""
+    data = write_leaf_like(tmp_path / f"{kind}.h5", kind, per_device=12 if kind == "shakespeare" else 30)
+    settings = dict(data=data, method="feddane", mu=0.01, clients_per_round=2, epochs=1, batch_size=10, lr=lr,
+                    rounds=5, device="cuda")
+    in_memory, _ = run(RunConfig(**settings, load="memory"))
+    streamed, _ = run(RunConfig(**settings, load="stream"))
+    assert streamed.equals(in_memory)
+
+
 @pytest.mark.parametrize("kind", ["char", "sent140"])
 def test_graphed_rounds_keep_their_captures_and_give_the_eager_numbers(kind):
     """Rounds of one model on CUDA, float64: K grows after a small round (the buffers grow), then a round

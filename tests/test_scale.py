@@ -166,13 +166,13 @@ def spy_loads(monkeypatch, fail_at=None):
     call (0 = the first) raises the error a damaged chunk gives."""
     calls, load = [], train_module.RunData.load
 
-    def spied(self, split, devices=None, reuse=False, copy_threads=True):
+    def spied(self, split, devices=None, reuse=False, copy_threads=True, to_device=True):
         if split == "train" and reuse:
-            calls.append((threading.current_thread().name, np.unique(devices), copy_threads))
+            calls.append((threading.current_thread().name, np.unique(devices), copy_threads and to_device))
             if len(calls) - 1 == fail_at:
                 raise ValueError(f"{self.dataset.path}: train data cannot be read back intact (Fletcher-32 "
                                  "mismatch); the file is damaged: rebuild it")
-        return load(self, split, devices, reuse, copy_threads)
+        return load(self, split, devices, reuse, copy_threads, to_device)
     monkeypatch.setattr(train_module.RunData, "load", spied)
     return calls
 
@@ -192,10 +192,10 @@ def test_streamed_rounds_are_read_ahead_while_the_round_before_trains(data, monk
     cfg, gradients = config(data, **settings), train_module.get_method("feddane").gradients
     wanted = [np.unique(np.concatenate(train_module.round_devices(cfg, gradients, t, sizes))) for t in range(5)]
     assert len(calls) == 5
-    for t, ((thread, devices, copy_threads), want) in enumerate(zip(calls, wanted)):
+    for t, ((thread, devices, as_the_round), want) in enumerate(zip(calls, wanted)):
         np.testing.assert_array_equal(devices, want)
         assert thread.startswith("fedsim-read-ahead") == (t > 0), (t, thread)
-        assert copy_threads == (t == 0)  # a read ahead leaves torch's thread count alone
+        assert as_the_round == (t == 0)  # a read ahead leaves torch's thread count and the accelerator alone
     assert not [t for t in threading.enumerate() if t.name.startswith("fedsim-read-ahead")]
 
 

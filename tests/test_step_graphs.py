@@ -5,6 +5,8 @@ CUDA, and a replay is the step called again: every number must equal the eager r
 themselves are checked on a GPU by tests/test_cuda.py.
 """
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -14,7 +16,7 @@ from fedsim.engine import SGDSettings, StepGraphs, local_sgd_batched
 from fedsim.methods import LocalProblem
 from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
-from fedsim.train import RunConfig, run
+from fedsim.train import RunConfig, RunData, run
 
 from helpers.tiny_lstm import params_of, tiny_char, tiny_clients, tiny_sent, write_leaf_like
 
@@ -114,3 +116,30 @@ def test_a_graphed_run_resumes_bit_identical(tmp_path, monkeypatch):
     resumed, record = run(RunConfig(**settings, rounds=5), checkpoint=checkpoint)
     assert record["result"]["resumed_from_round"] == 3
     assert resumed.equals(whole)
+
+
+def test_a_streamed_graphed_run_moves_the_read_ahead_rows_on_its_own_thread(tmp_path, monkeypatch):
+    """Streamed, round t + 1's rows are read on a second thread while round t's steps are captured and
+    replayed. On CUDA a copy or an allocation from that thread would break a capture, so the rows reach
+    the compute device on the run's own thread, and the run is the in-memory run bit for bit."""
+    graphs_on(monkeypatch, ("cpu",))
+    data = write_leaf_like(tmp_path / "sent140.h5", "sent140")
+    settings = {"data": data, "method": "feddane", "mu": 0.01, "clients_per_round": 2, "epochs": 1, "batch_size": 10,
+                "lr": 0.3, "rounds": 4}
+    whole, _ = run(RunConfig(**settings, load="memory"))
+    threads, on_device = [], RunData.on_device
+
+    def spied(self, clients):
+        threads.append(threading.current_thread().name)
+        return on_device(self, clients)
+    monkeypatch.setattr(RunData, "on_device", spied)
+    read, load = [], RunData.load
+
+    def spied_load(self, *args, **kwargs):
+        read.append(threading.current_thread().name)
+        return load(self, *args, **kwargs)
+    monkeypatch.setattr(RunData, "load", spied_load)
+    streamed, _ = run(RunConfig(**settings, load="stream"))
+    assert streamed.equals(whole)
+    assert sum(name.startswith("fedsim-read-ahead") for name in read) == settings["rounds"] - 1
+    assert len(threads) >= settings["rounds"] and set(threads) == {threading.main_thread().name}

@@ -230,7 +230,8 @@ class RunData:
             self.load("train", self.eval_ids)
         self.eval_test = self.load("test", self.eval_ids)
 
-    def load(self, split: str, devices=None, reuse: bool = False, copy_threads: bool = True) -> Clients:
+    def load(self, split: str, devices=None, reuse: bool = False, copy_threads: bool = True,
+             to_device: bool = True) -> Clients:
         """Rows of `devices` (default: all) as model inputs on the compute device.
 
         Written once into their final tensors, sentinel row included: at 10^5 devices these
@@ -238,10 +239,20 @@ class RunData:
         once nothing refers to them (a round's training rows; never the evaluation sample's).
         `copy_threads`: the copies on the run's `threads` torch threads; off for a read ahead,
         since torch's thread count is the whole process's and the numerics run beside it on one.
+        `to_device`: off for a read ahead too, whose rows the round moves itself (on_device): its
+        thread then makes no call on the accelerator, where the main thread may be capturing a
+        CUDA graph (StepGraphs), which a copy or an allocation from another thread would break.
         """
         devices = None if devices is None else np.unique(devices)
         with self._reading:
-            return self._load(split, devices, reuse, self.threads if copy_threads else None)
+            clients = self._load(split, devices, reuse, self.threads if copy_threads else None)
+        return self.on_device(clients) if to_device else clients
+
+    def on_device(self, clients: Clients) -> Clients:
+        """`clients` with their rows on the compute device (the same object where they are there)."""
+        if clients.x.device == self.device:
+            return clients
+        return dataclasses.replace(clients, x=clients.x.to(self.device), y=clients.y.to(self.device))
 
     def _load(self, split: str, devices: np.ndarray | None, reuse: bool, threads: int | None) -> Clients:
         if self.padded:
@@ -254,7 +265,7 @@ class RunData:
             self.model.prepare_inputs(torch.from_numpy(part.x), out=x[:n])
             y[:n] = torch.from_numpy(part.y)
         x[n], y[n] = 0, 0
-        return Clients(x=x.to(self.device), y=y.to(self.device), offsets=part.offsets, ids=devices)
+        return Clients(x=x, y=y, offsets=part.offsets, ids=devices)
 
     def load_padded(self, split: str, devices: np.ndarray | None, reuse: bool, threads: int | None) -> Clients:
         """load() for MCLR on the CPU: the rows in an InputBuffer, where the compiled kernel reads
@@ -285,7 +296,7 @@ class RunData:
             return self.train
         ahead, self._ahead = self._ahead, None
         if ahead is not None and np.array_equal(ahead.devices, np.unique(devices)):
-            clients = ahead.result()
+            clients = self.on_device(ahead.result())
         else:
             if ahead is not None:  # not this round's rows (a caller's own order): wait for it, drop it
                 ahead.exception()
@@ -293,7 +304,7 @@ class RunData:
         if upcoming is not None:
             if self._reader is None:
                 self._reader = ThreadPoolExecutor(1, thread_name_prefix="fedsim-read-ahead")
-            self._ahead = self._reader.submit(self.load, "train", upcoming, True, False)
+            self._ahead = self._reader.submit(self.load, "train", upcoming, True, False, False)
             self._ahead.devices = np.unique(upcoming)
         return clients
 
