@@ -214,8 +214,9 @@ def test_tuning_figure_marks_the_chosen_mu_and_diverged_runs(tmp_path, drawn):
 
 def test_a_tuned_lr_is_drawn_at_its_choice_and_along_its_own_axis(tmp_path, drawn):
     """With an lr grid, a curve shows its method at the chosen (value, lr) pair, its legend naming the lr;
-    the tuning figure gets a client-lr row (FedAvg, tuned over its lr alone, is there only) beside mu's,
-    each method's line through its chosen point and starred there."""
+    the tuning figure gives each dataset a client-lr column beside mu's: FedDANE's row has its mu and its
+    lr panel, each line through its chosen point and starred there, and FedAvg, tuned over its lr alone,
+    has a row of its own with only the lr panel and its legend in the blank one."""
     loss = {(0.1, 0.01): 1.5, (0.1, 0.1): 0.9, (1, 0.01): 1.0, (1, 0.1): 2.0}
     runs = [fake_run(tmp_path, mu=mu, lr=lr, losses=[3, 2, 2, 2, v]) for (mu, lr), v in loss.items()]
     runs += [fake_run(tmp_path, method="fedavg", lr=lr, losses=[3, 2, 2, 2, v]) for lr, v in ((0.01, 1.4), (0.1, 1.2))]
@@ -225,12 +226,13 @@ def test_a_tuned_lr_is_drawn_at_its_choice_and_along_its_own_axis(tmp_path, draw
     figures.FIGURES["figure1"](runs, tuned, tmp_path / "f.pdf")
     assert set(lines(drawn[0].axes[0])) == {"FedAvg (lr=0.1)", "FedDANE (μ=0.1, lr=0.1)"}
     figures.tuning_figure(runs, tuned, tmp_path / "t.pdf", fraction=0.5)
-    mu_row, lr_row = drawn[1].axes
-    assert [ax.get_xlabel() for ax in (mu_row, lr_row)] == ["μ", "client lr"]
-    assert set(lines(mu_row)) == {"FedDANE"} and set(lines(lr_row)) == {"FedAvg", "FedDANE"}
-    assert list(lines(mu_row)["FedDANE"].get_ydata()) == [1.45, 2.0]  # at lr 0.1, the chosen (tails of 2 rounds)
-    assert list(lines(lr_row)["FedDANE"].get_ydata()) == [1.75, 1.45]  # at mu 0.1, the chosen
-    stars = {(ax.get_xlabel(), line.get_color()): line.get_xdata()[0] for ax in (mu_row, lr_row)
+    mu_panel, dane_lr, blank, avg_lr = drawn[1].axes
+    assert [ax.get_xlabel() for ax in (mu_panel, dane_lr, avg_lr)] == ["μ", "client lr", "client lr"]
+    assert set(lines(mu_panel)) == set(lines(dane_lr)) == {"FedDANE"} and set(lines(avg_lr)) == {"FedAvg"}
+    assert not blank.axison and [t.get_text() for t in blank.get_legend().get_texts()] == ["FedAvg"]
+    assert list(lines(mu_panel)["FedDANE"].get_ydata()) == [1.45, 2.0]  # at lr 0.1, the chosen (tails of 2 rounds)
+    assert list(lines(dane_lr)["FedDANE"].get_ydata()) == [1.75, 1.45]  # at mu 0.1, the chosen
+    stars = {(ax.get_xlabel(), line.get_color()): line.get_xdata()[0] for ax in (mu_panel, dane_lr, avg_lr)
              for line in ax.get_lines() if line.get_marker() == "*"}
     assert stars == {("μ", figures.COLORS["feddane"]): 0.1, ("client lr", figures.COLORS["feddane"]): 0.1,
                      ("client lr", figures.COLORS["fedavg"]): 0.1}

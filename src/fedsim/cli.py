@@ -637,7 +637,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="run.json files of runs trained with --theory")
     p.set_defaults(func=_theory_figure)
 
-    p = sub.add_parser("tuning-figure", help="FedDANE's tail training loss against mu, per dataset")
+    p = sub.add_parser("tuning-figure", help="each tuned method's tail training loss against its setting (and client lr), per dataset")
     p.add_argument("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)")
     p.add_argument("--methods", nargs="+", help="the tuned methods to show (default: those --tuned has rows of)")
     p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION)

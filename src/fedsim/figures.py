@@ -486,13 +486,14 @@ def _decrease_panel(ax, tables: list[pd.DataFrame]) -> None:
 
 
 def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods=None) -> None:
-    """The tuning criterion (mean training loss over the last rounds) against the tuned setting: one
-    column per dataset, one row per setting (mu; and FedDyn's alpha, S-DANE's lambda, a server lr, ...
-    where such methods are tuned; the client lr last, where an lr grid tuned it jointly), one line per
-    tuned method and setting, through its chosen point (a setting's row at the chosen lr, the lr's row at
-    the chosen value); band: min-max over seeds; a star marks the chosen value, a cross at the top edge a
-    diverged run. `methods`: the variants to show; default: those `tuned` has rows of (a method tuned over
-    its lr alone, FedAvg, among them)."""
+    """The tuning criterion (mean training loss over the last rounds) against the tuned setting: one row
+    per setting (mu; and FedDyn's alpha, S-DANE's lambda, a server lr, ... where such methods are tuned),
+    one line per tuned method and setting, through its chosen point; band: min-max over seeds; a star
+    marks the chosen value, a cross at the top edge a diverged run. Where an lr grid tuned the client lr
+    jointly, each dataset gets a second column, the client lr, at each method's chosen value (the
+    setting's panel is then at its chosen lr): a row's methods side by side in both, and the methods
+    tuned over their lr alone (FedAvg) in a last row. `methods`: the variants to show; default: those
+    `tuned` has rows of (a method tuned over its lr alone among them)."""
     runs = load_runs(info_paths)
     if methods is None:
         named = {variant_of(row) for row in tuned.to_dict("records")} if tuned is not None else set()
@@ -500,24 +501,44 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
     profiles = tuning_profiles(tuning_scores(runs, methods, fraction), tuned)
     first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
     datasets = sorted(set(profiles["dataset"]), key=lambda name: panel_order(first[name]))
-    order = [*SYMBOLS, "lr"]
-    names = sorted(set(profiles["axis"]), key=lambda n: (order.index(n) if n in order else len(SYMBOLS), n))
-    fig, axes = plt.subplots(len(names), len(datasets), figsize=(3.4 * len(datasets), 3.0 * len(names)),
+    rows = tuning_rows(profiles)
+    axes_of = ("setting", "lr") if (profiles["axis"] == "lr").any() else ("setting",)
+    columns = [(name, kind) for name in datasets for kind in axes_of]
+    fig, axes = plt.subplots(len(rows), len(columns), figsize=(3.4 * len(columns), 3.0 * len(rows)),
                              squeeze=False)
-    for row, axis_name in enumerate(names):
-        for ax, name in zip(axes[row], datasets):
-            data = profiles[(profiles["dataset"] == name) & (profiles["axis"] == axis_name)]
+    for row, (setting, variants) in enumerate(rows):
+        shown = []
+        for ax, (name, kind) in zip(axes[row], columns):
+            axis_name = setting if kind == "setting" else "lr"
+            if axis_name is None:  # the row of methods tuned over their lr alone: no setting's panel
+                ax.axis("off")
+                continue
+            data = profiles[(profiles["dataset"] == name) & (profiles["axis"] == axis_name)
+                            & profiles["variant"].isin(variants)]
             if len(data):
                 _tuning_panel(ax, data)
             ax.set_title(dataset_title(first[name]), fontsize=10)
             ax.set_xlabel("client lr" if axis_name == "lr" else SYMBOLS.get(axis_name, axis_name))
+            shown.append(ax)
         if not any(each.get_legend() for each in axes[row]):  # a colour per method: one legend, in the first panel
             handles = {}
-            for each in axes[row]:
+            for each in shown:
                 handles.update(zip(*reversed(each.get_legend_handles_labels())))
-            axes[row][0].legend(handles.values(), handles.keys(), fontsize=7, framealpha=0.8, edgecolor="none")
-        axes[row][0].set_ylabel(f"training loss, last {fraction:g} of rounds")
+            axes[row][0].legend(handles.values(), handles.keys(), fontsize=7, framealpha=0.8, edgecolor="none",
+                                **({"loc": "center"} if setting is None else {}))
+        shown[0].set_ylabel(f"training loss, last {fraction:g} of rounds")
     save(fig, out)
+
+
+def tuning_rows(profiles: pd.DataFrame) -> list[tuple[str | None, list[str]]]:
+    """The tuning figure's rows: (setting, its methods), settings in SYMBOLS' order, then (None, the
+    methods tuned over their client lr alone) where there are such."""
+    settings = profiles.loc[profiles["axis"] != "lr"].groupby("axis")["variant"].unique()
+    order = list(SYMBOLS)
+    rows = [(name, sorted(settings[name])) for name in
+            sorted(settings.index, key=lambda n: (order.index(n) if n in order else len(order), n))]
+    lr_alone = sorted(set(profiles["variant"]) - {v for _, variants in rows for v in variants})
+    return rows + ([(None, lr_alone)] if lr_alone else [])
 
 
 def tuning_profiles(scores: pd.DataFrame, tuned: pd.DataFrame | None) -> pd.DataFrame:

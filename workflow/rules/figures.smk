@@ -49,7 +49,7 @@ rule figure:
 
 
 rule tuning_figure:
-    """FedDANE's tail training loss (the tuning criterion) against mu, per dataset."""
+    """Each tuned method's tail training loss (the tuning criterion) against its setting and client lr, per dataset."""
     input:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
