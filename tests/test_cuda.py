@@ -8,12 +8,14 @@ import pytest
 import torch
 
 from fedsim.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop
+from fedsim.models import Model
 from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
 from fedsim.methods import LocalProblem
 from fedsim.train import RunConfig, run
 
 from helpers.tiny_lstm import params_of, tiny_char, tiny_clients as tiny_lstm_clients, write_leaf_like
+from test_cnn import SIZES, images, small_cnn, small_lenet
 from tiny import tiny_clients, tiny_dataset, tiny_params
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
@@ -66,6 +68,37 @@ def test_lstm_engine_on_cuda_equals_the_cpu(kind):
     cuda = round_on(cuda_model, params, clients, devices, settings, CUDA)
     assert (cuda != params).any(dim=1).all()
     torch.testing.assert_close(cuda, cpu, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("make", [small_cnn, small_lenet])
+def test_cnn_rounds_on_cuda_stacked_equal_the_cpu_loop(make):
+    """A round on ragged devices with proximal and correction terms: on CUDA the CNNs train as one stack
+    of devices (grouped convolutions, the written-out backward); in float64 it gives the CPU's
+    one-device-at-a-time numbers (cuDNN may sum in another order: a tolerance, not bits)."""
+    model = make()
+    params = model.init(torch.Generator().manual_seed(1), torch.float64)
+    x, y = images(model, sum(SIZES), seed=3)
+    clients = Clients.from_arrays(model.prepare_inputs(x), y, np.concatenate([[0], np.cumsum(SIZES)]))
+    devices = np.array([2, 0, 3, 1])
+    settings = SGDSettings(lr=0.1, epochs=2, batch_size=4, seed=7)
+    cuda = round_on(model, params, clients, devices, settings, CUDA)
+    cpu = round_on(model, params, clients, devices, settings, torch.device("cpu"))
+    assert (cuda != params).any(dim=1).all()
+    np.testing.assert_allclose(cuda.numpy(), cpu.numpy(), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("make", [small_cnn, small_lenet])
+def test_the_cnns_written_out_backward_on_cuda_equals_autograd(make):
+    """CNN.stacked_grads on CUDA (each layer's gradients written into `out`) against autograd's, float64."""
+    model = make()
+    g = torch.Generator().manual_seed(3)
+    stacked = torch.stack([model.init(torch.Generator().manual_seed(s), torch.float64) for s in range(3)]).to(CUDA)
+    x = torch.rand(3, 7, model.side * model.side, generator=g, dtype=torch.float64).to(CUDA)
+    y = torch.randint(0, model.num_classes, (3, 7), generator=g).to(CUDA)
+    weight = torch.rand(3, 7, generator=g, dtype=torch.float64).to(CUDA)
+    expected = Model.stacked_grads(model, stacked, x, y, weight)
+    np.testing.assert_allclose(model.stacked_grads(stacked, x, y, weight).cpu().numpy(), expected.cpu().numpy(),
+                               rtol=1e-10, atol=1e-13)
 
 
 @pytest.mark.parametrize("kind", ["synthetic", "shakespeare", "sent140"])
