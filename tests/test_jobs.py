@@ -65,6 +65,30 @@ def test_a_module_created_later_joins_the_code_of_its_importers(tmp_path, monkey
     assert "src/pkg/engine.py" in jobs.package_code(pkg, "methods.a")
 
 
+def test_a_runs_model_is_fingerprinted_with_what_it_imports_and_a_plugins_by_its_file(tmp_path, monkeypatch):
+    """A fedsim model: its module, the modules it imports and its packages, not another model's nor
+    train's; a user's own model (FEDSIM_PLUGINS): its file, wherever it is; rewritten only on an edit."""
+    package = Path(jobs.__file__).resolve().parents[1]
+    monkeypatch.chdir(package.parents[1])
+    [path] = jobs.model_fingerprint(package, tmp_path / "code", "lenet5")
+    assert Path(path).name == "models.lenet5.txt"
+    listed = [line.split("  ")[1] for line in Path(path).read_text().splitlines()]
+    assert {"src/fedsim/models/lenet5.py", "src/fedsim/models/cnn.py", "src/fedsim/models/__init__.py"} <= set(listed)
+    assert not {"src/fedsim/models/mclr.py", "src/fedsim/train.py"} & set(listed)
+    own = tmp_path / "plugins" / "models" / "mine.py"
+    own.parent.mkdir(parents=True)
+    own.write_text('SPEC = ModelSpec(name="mine", label="Mine", samples=("features",), sample_seconds=1e-6)\n')
+    monkeypatch.setenv("FEDSIM_PLUGINS", str(tmp_path / "plugins"))
+    [path] = jobs.model_fingerprint(package, tmp_path / "code", "mine")
+    assert Path(path).read_text() == f"{hashlib.sha256(own.read_bytes()).hexdigest()}  {own}\n"
+    os.utime(path, (1, 1))
+    jobs.model_fingerprint(package, tmp_path / "code", "mine")
+    assert os.stat(path).st_mtime == 1
+    own.write_text(own.read_text() + "# edited\n")
+    jobs.model_fingerprint(package, tmp_path / "code", "mine")
+    assert os.stat(path).st_mtime > 1
+
+
 def test_device_auto_is_the_cpu_for_mclr_and_the_gpu_for_other_models():
     """`simulator.device: auto`: MCLR's runs compute on a CPU core (its compiled kernel), the LSTMs'
     and a CNN's where a GPU is, and ask the scheduler for one."""

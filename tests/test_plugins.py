@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.workflow import SRC, copy_workflow, default_config, write_config
+from helpers.workflow import SRC, copy_workflow, default_config, job_counts, write_config
 
 DOC = (Path(__file__).resolve().parents[1] / "docs" / "architecture.md").read_text()
 
@@ -88,3 +88,17 @@ def test_a_run_of_its_own_model_on_its_own_kind_through_the_workflow(plugins, tm
         assert (run_dir / "metrics.csv").read_text().count("\n") == 4  # the header, rounds 0, 1 and 2
         record = yaml.safe_load((run_dir / "run.json").read_text())
         assert record["config"]["model"] == "tinymlp" and record["dataset"]["kind"] == "features"
+    # an edit of the model's file reruns its runs; of the kind's file, the build and the runs after it
+    folder = Path(plugins["FEDSIM_PLUGINS"])
+    for name, rerun in (("models/tinymlp.py", {"train": 2}), ("kinds/blobs.py", {"build_dataset": 1, "train": 2})):
+        path = folder / name
+        original = path.read_text()
+        try:
+            path.write_text(original + "\n# edited by the plugins test\n")
+            code, out = run(plugins, "-m", "snakemake", "--dry-run", "--cores", "1", cwd=workdir)
+        finally:
+            path.write_text(original)
+        assert code == 0, out
+        counts = job_counts(out)
+        assert {rule: counts.get(rule, 0) for rule in rerun} == rerun, (name, out)
+        assert f"results/code/{name.replace('/', '.')[:-3]}.txt" in out, (name, out)

@@ -479,6 +479,20 @@ def test_shared_engine_edit_reruns_every_training_run(tiny_run):
     assert "generate_synthetic" not in counts
 
 
+def test_a_model_edit_reruns_the_runs_of_that_model_only(tiny_run):
+    """The registry finds a model's module at run time, so no import names it: each run depends on its
+    own model's file. The tiny run trains MCLR: an edit of LeNet-5's file reruns nothing, of MCLR's every
+    training run."""
+    models = tiny_run / "src" / "fedsim" / "models"
+    code, out = edited(models / "lenet5.py", lambda: snakemake(tiny_run, "--dry-run", "--cores", "1"))
+    assert code == 0 and "Nothing to be done" in out, out
+    code, out = edited(models / "mclr.py", lambda: snakemake(tiny_run, "--dry-run", "--cores", "1"))
+    assert code == 0, out
+    counts = job_counts(out)
+    assert counts["train"] == len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2) + 1, out
+    assert "generate_synthetic" not in counts and "results/code/models.mclr.txt" in out
+
+
 # ---------------------------------------------------------------------------------------
 # The authors' protocol (config/authors.yaml) on their own files
 # ---------------------------------------------------------------------------------------

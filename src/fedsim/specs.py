@@ -126,5 +126,11 @@ def model_spec(name: str) -> ModelSpec:
     return specs[name]
 
 
+def model_file(name: str) -> Path:
+    """The file that declares the model `name`: fedsim.models' or a plugin's."""
+    model_spec(name)  # an unknown name: its one-line error
+    return next(path for path in model_files() if path.stem == name)
+
+
 
 

@@ -28,5 +28,24 @@ def train_code(method):
     return code_fingerprint("train", *(f"methods.{m}" for m in sorted(USES[ENTRIES[method].method.name])))
 
 
-for _method in METHODS:  # every method's fingerprint now, before the DAG looks at any file
+@cache
+def _model_fingerprint(model):
+    return tuple(jobs.model_fingerprint(Path(workflow.basedir, "src", "fedsim"), code_dir(), model))
+
+
+def model_code(dataset):
+    """Code of the model a dataset's runs train (fedsim.planning.jobs.model_fingerprint): an edit of
+    a model's file, fedsim's or a plugin's, reruns that model's runs and no other."""
+    return list(_model_fingerprint(kinds.entry_model(config, dataset)))
+
+
+def kind_code(dataset):
+    """A plugin kind's file, for the build of a dataset of that kind (fedsim.planning.jobs.kind_fingerprint)."""
+    return jobs.kind_fingerprint(code_dir(), dataset_cfg(dataset)["kind"])
+
+
+for _method in METHODS:  # every fingerprint now, before the DAG looks at any file
     train_code(_method)
+for _dataset in used_datasets():
+    model_code(_dataset)
+    kind_code(_dataset)

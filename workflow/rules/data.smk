@@ -109,7 +109,7 @@ rule build_dataset:
     """A dataset of a kind declared in a file of its own (a plugin's kinds/: fedsim.planning.kinds), by its build."""
     input:
         files=lambda wildcards: dataset_inputs(wildcards.dataset).get("raw", []),
-        code=code_fingerprint("planning.kinds"),
+        code=lambda wildcards: code_fingerprint("planning.kinds") + kind_code(wildcards.dataset),
     output:
         dataset_path(),
     params:

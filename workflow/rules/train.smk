@@ -14,7 +14,7 @@ rule train:
     """Train one federated run and write its per-round metrics and run record."""
     input:
         data=dataset_path(),
-        code=lambda wildcards: train_code(wildcards.method),
+        code=lambda wildcards: train_code(wildcards.method) + model_code(wildcards.dataset),
         init=lambda wildcards: init_files(wildcards.seed),
     output:
         metrics=metrics_path(),

@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import inspect
 import json
 import os
 import shlex
 from pathlib import Path
 
 from .. import atomic
+from ..specs import FILE_KINDS, MODELS_DIR, model_file
 from .experiments import RUN_FIELDS, fmt, setting_name, synthetic_settings, tag_lr, tag_model
-from .kinds import BUILT_KINDS, trains_linear_softmax
+from .kinds import BUILT_KINDS, KINDS, trains_linear_softmax
 from ..methods import ENTRIES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
@@ -307,10 +309,35 @@ def code_fingerprint(package_dir, out_dir, *entries) -> list[str]:
     reruns nothing, and Snakemake stats one file per job instead of every source file.
     [] where package_dir does not exist (the package installed elsewhere), like package_code."""
     files = package_code(package_dir, *entries)
-    if not files:
-        return []
-    path = Path(out_dir, f"{fingerprint_name(*entries)}.txt")
+    return file_fingerprint(out_dir, fingerprint_name(*entries), files) if files else []
+
+
+def file_fingerprint(out_dir, name, files) -> list[str]:
+    """`files` listed with their sha256 in <out_dir>/<name>.txt, rewritten only when that text changes."""
+    path = Path(out_dir, f"{name}.txt")
     text = fingerprint_text(files)
     if not path.is_file() or path.read_text() != text:
         atomic.write_text(path, text)  # a temporary file of its own: several processes may parse at once
     return [str(path)]
+
+
+def model_fingerprint(package_dir, out_dir, model: str | None) -> list[str]:
+    """The code of a run's model, as one input file like code_fingerprint's. The registry finds the
+    model modules at run time, so no import of train's names one: a run depends on its model here. A
+    model of fedsim.models: its module and what it imports ([] where package_dir does not exist); a
+    user's own (FEDSIM_PLUGINS): its file, wherever it is; None (a JSON import's, which its built file
+    decides): each model a file kind defaults to."""
+    names = sorted({default for _, default in FILE_KINDS.values()}) if model is None else [model]
+    files = set()
+    for name in names:
+        path = model_file(name)
+        own = path.parent.resolve() == MODELS_DIR.resolve()
+        files.update(package_code(package_dir, f"models.{name}") if own else [str(path)])
+    return file_fingerprint(out_dir, fingerprint_name(*(f"models.{n}" for n in names)), sorted(files)) if files else []
+
+
+def kind_fingerprint(out_dir, kind: str) -> list[str]:
+    """A plugin kind's file (the code its dataset's build runs, beside fedsim.planning.kinds), as one
+    input file like code_fingerprint's; [] for fedsim's own kinds, whose rules name their code."""
+    build = KINDS[kind].build
+    return [] if build is None else file_fingerprint(out_dir, f"kinds.{kind}", [inspect.getfile(build)])
