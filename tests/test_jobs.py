@@ -75,6 +75,11 @@ def test_a_runs_model_is_fingerprinted_with_what_it_imports_and_a_plugins_by_its
     listed = [line.split("  ")[1] for line in Path(path).read_text().splitlines()]
     assert {"src/fedsim/models/lenet5.py", "src/fedsim/models/cnn.py", "src/fedsim/models/__init__.py"} <= set(listed)
     assert not {"src/fedsim/models/mclr.py", "src/fedsim/train.py"} & set(listed)
+    # a JSON import's model is its built file's: each model a file kind defaults to
+    [path] = jobs.model_fingerprint(package, tmp_path / "code", None)
+    listed = [line.split("  ")[1] for line in Path(path).read_text().splitlines()]
+    assert {f"src/fedsim/models/{m}.py" for m in ("mclr", "char_lstm", "sent140_lstm")} <= set(listed)
+    assert len(listed) == len(set(listed)) and "src/fedsim/models/lenet5.py" not in listed
     own = tmp_path / "plugins" / "models" / "mine.py"
     own.parent.mkdir(parents=True)
     own.write_text('SPEC = ModelSpec(name="mine", label="Mine", samples=("features",), sample_seconds=1e-6)\n')
