@@ -71,10 +71,11 @@ def test_lstm_engine_on_cuda_equals_the_cpu(kind):
 
 
 @pytest.mark.parametrize("make", [small_cnn, small_lenet])
-def test_cnn_rounds_on_cuda_stacked_equal_the_cpu_loop(make):
+def test_cnn_rounds_on_cuda_stacked_equal_the_cpus(make):
     """A round on ragged devices with proximal and correction terms: on CUDA the CNNs train as one stack
-    of devices (grouped convolutions, the written-out backward); in float64 it gives the CPU's
-    one-device-at-a-time numbers (cuDNN may sum in another order: a tolerance, not bits)."""
+    of devices (grouped convolutions, the written-out backward); in float64 it gives the CPU's numbers
+    (there the CNN one device at a time, LeNet-5 as a stack; cuDNN may sum in another order: a
+    tolerance, not bits)."""
     model = make()
     params = model.init(torch.Generator().manual_seed(1), torch.float64)
     x, y = images(model, sum(SIZES), seed=3)
@@ -145,7 +146,7 @@ def test_a_streamed_graphed_cuda_run_gives_the_in_memory_bits(tmp_path, kind, lr
     fails. The run is the in-memory run bit for bit."""
     data = write_leaf_like(tmp_path / f"{kind}.h5", kind, per_device=12 if kind == "shakespeare" else 30)
     settings = dict(data=data, method="feddane", mu=0.01, clients_per_round=2, epochs=1, batch_size=10, lr=lr,
-                    rounds=5, device="cuda")
+                    rounds=5, device="cuda", dtype="float64")
     in_memory, _ = run(RunConfig(**settings, load="memory"))
     streamed, _ = run(RunConfig(**settings, load="stream"))
     assert streamed.equals(in_memory)

@@ -250,9 +250,8 @@ class RunData:
 
     def on_device(self, clients: Clients) -> Clients:
         """`clients` with their rows on the compute device (the same object where they are there)."""
-        if clients.x.device == self.device:
-            return clients
-        return dataclasses.replace(clients, x=clients.x.to(self.device), y=clients.y.to(self.device))
+        x, y = clients.x.to(self.device), clients.y.to(self.device)
+        return clients if x is clients.x and y is clients.y else dataclasses.replace(clients, x=x, y=y)
 
     def _load(self, split: str, devices: np.ndarray | None, reuse: bool, threads: int | None) -> Clients:
         if self.padded:

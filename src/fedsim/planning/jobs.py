@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import inspect
 import json
 import os
 import shlex
@@ -20,7 +19,7 @@ from pathlib import Path
 from .. import atomic
 from ..specs import FILE_KINDS, MODELS_DIR, model_file
 from .experiments import RUN_FIELDS, fmt, setting_name, synthetic_settings, tag_lr, tag_model
-from .kinds import BUILT_KINDS, KINDS, trains_linear_softmax
+from .kinds import BUILT_KINDS, PLUGIN_KIND_FILES, trains_linear_softmax
 from ..methods import ENTRIES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
@@ -339,5 +338,5 @@ def model_fingerprint(package_dir, out_dir, model: str | None) -> list[str]:
 def kind_fingerprint(out_dir, kind: str) -> list[str]:
     """A plugin kind's file (the code its dataset's build runs, beside fedsim.planning.kinds), as one
     input file like code_fingerprint's; [] for fedsim's own kinds, whose rules name their code."""
-    build = KINDS[kind].build
-    return [] if build is None else file_fingerprint(out_dir, f"kinds.{kind}", [inspect.getfile(build)])
+    path = PLUGIN_KIND_FILES.get(kind)
+    return [] if path is None else file_fingerprint(out_dir, f"kinds.{kind}", [str(path)])

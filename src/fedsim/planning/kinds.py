@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable
 
 from ..arrays import describe
@@ -71,7 +72,7 @@ KINDS = {kind.name: kind for kind in (
 
 def _plugin_kinds() -> dict[str, Kind]:
     """The KIND of each file of the plugins' kinds/ folders (fedsim.specs.plugin_dirs), by name: a
-    file's name is its kind's."""
+    file's name is its kind's (its path in PLUGIN_KIND_FILES)."""
     found = {}
     for folder in plugin_dirs("kinds"):
         for path in sorted(folder.glob("*.py")):
@@ -89,9 +90,11 @@ def _plugin_kinds() -> dict[str, Kind]:
             if kind.build is None:
                 raise ImportError(f"{path}: kind {kind.name} declares no build(entry, files, out, name)")
             found[kind.name] = kind
+            PLUGIN_KIND_FILES[kind.name] = path
     return found
 
 
+PLUGIN_KIND_FILES: dict[str, Path] = {}  # a plugin kind's file, by kind (its code, fingerprinted for its build)
 KINDS.update(_plugin_kinds())
 BUILT_KINDS = tuple(name for name, kind in KINDS.items() if kind.built)
 # the kinds whose samples are token ids, which only their own model reads
