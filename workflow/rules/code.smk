@@ -39,9 +39,14 @@ def model_code(dataset):
     return list(_model_fingerprint(kinds.entry_model(config, dataset)))
 
 
+@cache
+def _kind_fingerprint(kind):
+    return tuple(jobs.kind_fingerprint(code_dir(), kind))
+
+
 def kind_code(dataset):
     """A plugin kind's file, for the build of a dataset of that kind (fedsim.planning.jobs.kind_fingerprint)."""
-    return jobs.kind_fingerprint(code_dir(), dataset_cfg(dataset)["kind"])
+    return list(_kind_fingerprint(dataset_cfg(dataset)["kind"]))
 
 
 for _method in METHODS:  # every fingerprint now, before the DAG looks at any file
