@@ -65,6 +65,17 @@ def make_gutenberg_text():
     return "\n".join(lines) + "\n"
 
 
+def make_gutenberg_plays(path, roles=40):
+    """A gzipped e-book in the 1994 layout with one play of `roles` speaking roles (ROLE A, ROLE B, ...),
+    enough users for LEAF's 0.2 sample to keep several."""
+    names = [f"ROLE {a}{b}" for a in "ABCDEFGH" for b in "ABCDEFGH"][:roles]
+    speeches = [f"  {name}. {SPEECH}\n    {SPEECH}\n    {SPEECH}\n" for name in names]
+    text = make_gutenberg_text() + "\nTHE TRAGEDY OF MANY\n\nby William Shakespeare\n\n" + "".join(speeches)
+    with gzip.open(path, "wt") as f:
+        f.write(text)
+    return path
+
+
 def make_gutenberg_zip(path):
     with zipfile.ZipFile(path, "w") as z:
         z.writestr("100.txt", make_gutenberg_text().replace("\n", "\r\n"))  # DOS line ends, as old etexts
