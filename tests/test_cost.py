@@ -126,6 +126,22 @@ def test_the_paper_config_prints_a_line_per_lstm_dataset_and_warns_on_a_cpu():
     assert any(line.startswith("WARNING") for line in cost.report_lines(costs, "defaults", gpu=True))
 
 
+def test_runs_that_may_go_to_a_gpu_are_priced_on_the_reference_gpu_too():
+    """device auto with CPU figures: each LSTM dataset's line adds the same plan on GPU_REFERENCE's GPU,
+    cheaper than on a CPU core; a run pinned to the CPU gets no GPU figure."""
+    cfg = load_config("config/paper.yaml")
+    plan = experiments.plan(cfg)
+    costs, reference = cost.plan_costs(cfg, plan), cost.plan_costs(cfg, plan, constants=cost.GPU_REFERENCE)
+    lines = cost.report_lines(costs, "defaults", gpu=False, reference=reference)
+    for c, ref in zip(costs, reference):
+        (line,) = [line for line in lines if line.startswith(f"  {c.dataset}: simulator.device is auto")]
+        assert f"on one {cost.GPU_REFERENCE_NAME}" in line and f"{ref.total_s / 3600:,.0f} GPU-hours" in line
+        assert ref.total_s < c.total_s / 10
+    for c in costs:
+        c.device = "cpu"
+    assert not any(cost.GPU_REFERENCE_NAME in line for line in cost.report_lines(costs, "d", reference=reference))
+
+
 def test_a_short_shakespeare_run_on_a_cpu_is_no_warning():
     cfg = load_config("config/paper.yaml")
     cfg["datasets"]["shakespeare"]["rounds"] = 2

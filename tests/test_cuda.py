@@ -89,6 +89,18 @@ def test_cnn_rounds_on_cuda_stacked_equal_the_cpus(make):
 
 
 @pytest.mark.parametrize("make", [small_cnn, small_lenet])
+def test_a_cnns_hand_written_module_runs_where_its_params_are(make):
+    """as_module on CUDA params gives a CUDA module computing the model's forward (benchmarks/cnn_round.py's
+    hand-written loop on a GPU)."""
+    model = make()
+    params = model.init(torch.Generator().manual_seed(0), torch.float64).to(CUDA)
+    x = torch.rand(5, model.side * model.side, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    net = model.as_module(params)
+    assert all(p.device.type == "cuda" for p in net.parameters())
+    torch.testing.assert_close(net(x.to(CUDA)).cpu(), model.as_module(params.cpu())(x), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("make", [small_cnn, small_lenet])
 def test_the_cnns_written_out_backward_on_cuda_equals_autograd(make):
     """CNN.stacked_grads on CUDA (each layer's gradients written into `out`) against autograd's, float64."""
     model = make()

@@ -25,7 +25,9 @@ def print_cost_estimate():
     LSTM datasets; nothing in the jobs' own processes (cluster jobs re-read the Snakefile)."""
     if not workflow.is_main_process:
         return
-    for line in cost.report_lines(cost.plan_costs(config, PLAN, dataset_path, COST_CONSTANTS), COST_SOURCE):
+    costs = cost.plan_costs(config, PLAN, dataset_path, COST_CONSTANTS)
+    reference = cost.plan_costs(config, PLAN, dataset_path, cost.GPU_REFERENCE)
+    for line in cost.report_lines(costs, COST_SOURCE, reference=reference):
         print(line, file=sys.stderr)
 
 

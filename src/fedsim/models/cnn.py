@@ -246,7 +246,7 @@ class CNN(Model):
         dense = [shape for name, shape in self.layout.shapes.items() if name.endswith(".kernel") and len(shape) == 2]
         for i, (fan_in, fan_out) in enumerate(dense):
             layers += [nn.Linear(fan_in, fan_out)] + ([nn.ReLU()] if i < len(dense) - 1 else [])
-        net = nn.Sequential(*layers).to(params.dtype)
+        net = nn.Sequential(*layers).to(params.device, params.dtype)  # on params' device, as the round it is timed against
         weighted = [layer for layer in net if isinstance(layer, (nn.Conv2d, nn.Linear))]
         names = [name[:-len(".kernel")] for name in self.layout.shapes if name.endswith(".kernel")]
         views = self.layout.views(params)

@@ -56,6 +56,14 @@ DEFAULTS = {
     "shakespeare": {"step_s": 0.022, "row_s": 0.0167, "eval_row_s": 0.0054, "grad_row_s": 0.0125},
     "sent140": {"step_s": 0.0129, "row_s": 0.00118, "eval_row_s": 0.00062, "grad_row_s": 0.00083},
 }
+# Wall seconds on one NVIDIA H200 (`python -m fedsim cost --calibrate --device cuda`; when and how:
+# docs/performance.md): a plan whose LSTM runs may go to a GPU prints what they would cost on it,
+# until this machine's own GPU calibration (CALIBRATION_FILE) replaces every figure.
+GPU_REFERENCE_NAME = "NVIDIA H200"
+GPU_REFERENCE = {
+    "shakespeare": {"step_s": 0.0111, "row_s": 7.9e-05, "eval_row_s": 0.000715, "grad_row_s": 0.000461},
+    "sent140": {"step_s": 0.00588, "row_s": 0.0, "eval_row_s": 3.18e-05, "grad_row_s": 9.48e-05},
+}
 CALIBRATION_FILE = "cost_calibration.json"  # under <results_dir>/benchmarks/
 CALIBRATION_ENV = "FEDSIM_COST_CALIBRATION"  # the workflow names that file to its jobs here
 # The paper's Table 1: devices, mean and stdev of samples per device
@@ -432,10 +440,20 @@ def duration(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-def report_lines(costs: list[DatasetCost], constants_source: str, gpu=None) -> list[str]:
+def _reference_line(ref: DatasetCost | None) -> str:
+    if ref is None:
+        return ", whose speed is not calibrated"
+    return (f"; on one {GPU_REFERENCE_NAME} (fedsim.planning.cost.GPU_REFERENCE) {ref.total_s / max(ref.runs, 1) / 3600:,.1f} h "
+            f"per run, {ref.total_s / 3600:,.0f} GPU-hours in all (`python -m fedsim cost --calibrate --device cuda` "
+            "for yours)")
+
+
+def report_lines(costs: list[DatasetCost], constants_source: str, gpu=None,
+                 reference: list[DatasetCost] | None = None) -> list[str]:
     """The lines the workflow prints at start: one per LSTM dataset, a WARNING per dataset whose
     runs would take more than a day each on a CPU, and where the figures come from. Empty
-    without LSTM datasets."""
+    without LSTM datasets. `reference`: the same plan priced with GPU_REFERENCE, for the datasets
+    whose runs may go to a GPU while the figures are a CPU's."""
     if not costs:
         return []
     gpu = gpu_visible() if gpu is None else gpu
@@ -453,8 +471,8 @@ def report_lines(costs: list[DatasetCost], constants_source: str, gpu=None) -> l
                      f"{share}), {c.total_s / 3600:,.0f} {unit}")
         if on_gpu and not gpu_figures:
             lines.append(f"  {c.dataset}: simulator.device is {c.device}: these are CPU figures; the runs use a GPU "
-                         f"where there is one ({'one is visible here' if gpu else 'none is visible here'}), "
-                         "whose speed is not calibrated")
+                         f"where there is one ({'one is visible here' if gpu else 'none is visible here'})"
+                         + _reference_line(next((r for r in reference or [] if r.dataset == c.dataset), None)))
         if c.longest_s > DAY_S and not gpu_figures and (not on_gpu or not gpu):
             lines.append(f"WARNING: {c.dataset}: a run would take up to {duration(c.longest_s)} on a CPU core "
                          f"({c.total_s / DAY_S:,.0f} core-days for its {c.runs} runs): use a GPU "
