@@ -199,7 +199,7 @@ def weighted_average(stacked: torch.Tensor, weights: torch.Tensor) -> torch.Tens
     """sum_k weights[k] * stacked[k] over the leading device dimension, in fedsim's order
     (fedsim.average: device by device from zeros, each product and sum rounded) for every float32 and
     float64 tensor on the CPU, a model of one element and per-device scalars included: the same bits
-    on any CPU and BLAS. CUDA, other dtypes and tensors that need autograd take torch.tensordot,
+    on any CPU and BLAS. CUDA, other dtypes (no run's) and tensors autograd tracks take torch.tensordot,
     whose order is its library's: equal to fedsim's within float tolerance, not in bits
     (tests/test_engine.py, tests/test_cuda.py)."""
     import torch  # here, not at the top: see the module docstring
