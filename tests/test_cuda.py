@@ -11,11 +11,12 @@ from fedsim.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, l
 from fedsim.models import Model
 from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
-from fedsim.methods import LocalProblem
+from fedsim.methods import LocalProblem, weighted_average
 from fedsim.train import RunConfig, run
 
 from helpers.tiny_lstm import params_of, tiny_char, tiny_clients as tiny_lstm_clients, write_leaf_like
 from test_cnn import SIZES, images, small_cnn, small_lenet
+from test_engine import AVERAGE_CASES, assert_within_reordering, average_case, in_fedsims_order
 from tiny import tiny_clients, tiny_dataset, tiny_params
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
@@ -49,6 +50,17 @@ def test_mclr_engine_on_cuda_equals_the_cpu_loop():
     loop = local_sgd_loop(model, params, problem, clients, devices, settings, 4)
     assert (cuda != params).any(dim=(1, 2)).all()
     torch.testing.assert_close(cuda, loop, rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_server_average_on_cuda_is_fedsims_within_rounding(dtype):
+    """On CUDA weighted_average is torch.tensordot (cuBLAS: its own order, fused multiply-adds), not
+    fedsim's order: held to it within rounding, not in bits (fedsim.average)."""
+    for devices, shape in AVERAGE_CASES:
+        weights, stacked = average_case(devices, shape, dtype)
+        got = weighted_average(torch.from_numpy(stacked).to(CUDA), torch.from_numpy(weights).to(CUDA))
+        assert got.device.type == "cuda" and got.shape == shape
+        assert_within_reordering(got.cpu().numpy(), in_fedsims_order(weights, stacked), weights, stacked)
 
 
 def tiny_sent_on(device, vocab=9):

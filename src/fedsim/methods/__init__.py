@@ -196,18 +196,22 @@ def no_state(params, num_devices: int) -> dict:
 
 
 def weighted_average(stacked: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """sum_k weights[k] * stacked[k] over the leading device dimension: on the CPU a compiled sum in
-    device order (fedsim.average), tensordot's bits with MKL and the same whatever BLAS torch has."""
+    """sum_k weights[k] * stacked[k] over the leading device dimension, in fedsim's order
+    (fedsim.average: device by device from zeros, each product and sum rounded) for every float32 and
+    float64 tensor on the CPU, a model of one element and per-device scalars included: the same bits
+    on any CPU and BLAS. CUDA, other dtypes (no run's) and tensors autograd tracks take torch.tensordot,
+    whose order is its library's: equal to fedsim's within float tolerance, not in bits
+    (tests/test_engine.py, tests/test_cuda.py)."""
     import torch  # here, not at the top: see the module docstring
 
     if weights.dtype != stacked.dtype:  # a no-op .to() still costs a dispatch, and rounds are short
         weights = weights.to(stacked.dtype)
-    shape = stacked.shape
-    if len(shape) > 1 and stacked.numel() > shape[0] and stacked.device.type == "cpu" and \
-            stacked.dtype in (torch.float32, torch.float64) and not stacked.requires_grad:
-        from .. import average  # tensordot's bits (MKL); numpy views and one compiled call, no torch op
+    if stacked.device.type == "cpu" and stacked.dtype in (torch.float32, torch.float64) and \
+            not (stacked.requires_grad or weights.requires_grad):  # .numpy() refuses a tensor autograd tracks
+        from .. import average  # numpy views and one compiled call, no torch op
 
-        flat = np.ascontiguousarray(stacked.numpy().reshape(shape[0], -1))
+        shape = stacked.shape
+        flat = np.ascontiguousarray(stacked.numpy().reshape(shape[0], math.prod(shape[1:])))  # prod: 0 devices too
         return torch.from_numpy(average.weighted_sum(weights.numpy(), flat).reshape(shape[1:]))
     return torch.tensordot(weights, stacked, dims=1)
 

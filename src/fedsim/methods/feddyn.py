@@ -66,7 +66,8 @@ def server_update(ctx: RoundContext, state: dict, local_models):
     table[devices] -= alpha * change[first]  # in place, as scaffold's table
     if ctx.options["weighting"] == "paper":
         p = change.new_full((len(devices),), 1 / table.shape[0])
-        mean = local_models.mean(0)
+        # the plain mean as the server's average (fedsim.average's order), not torch's reduction
+        mean = weighted_average(local_models, change.new_full((len(ctx.solvers),), 1 / len(ctx.solvers)))
     else:
         p = change.new_tensor(ctx.sizes[devices] / ctx.sizes.sum())
         mean = weighted_average(local_models, ctx.weights(ctx.solvers))

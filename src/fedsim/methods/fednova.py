@@ -49,7 +49,8 @@ def server_update(ctx: RoundContext, state: dict, local_models):
     x, steps = ctx.params, ctx.local_steps(ctx.solvers)
     p = ctx.weights(ctx.solvers).to(local_models.dtype)
     a = p.new_tensor(normaliser(steps, ctx.lr, float(ctx.mu)))
-    tau_eff = (p * (a if ctx.options["tau_eff"] == "paper" else p.new_tensor(steps))).sum()
+    # sum_k p_k a_k (or p_k tau_k) is an average over the devices: the server's, in fedsim's order
+    tau_eff = weighted_average(a if ctx.options["tau_eff"] == "paper" else p.new_tensor(steps), p)
     return x - tau_eff * weighted_average(x - local_models, p / a), state
 
 
