@@ -150,10 +150,11 @@ def test_the_fingerprint_holds_every_setting_but_how_the_data_is_read(data):
 
     cfg = config(data)
     assert json.loads(_fingerprint(cfg)).keys() == {f.name for f in dataclasses.fields(RunConfig)} - {
-        "threads", "load", "model", "eval_every", "dissimilarity"}
+        "threads", "load", "model", "eval_every", "dissimilarity", "keep_subnormals"}
     assert "model" in json.loads(_fingerprint(dataclasses.replace(cfg, model="mclr")))
     assert "eval_every" in json.loads(_fingerprint(dataclasses.replace(cfg, eval_every=2)))
     assert "dissimilarity" in json.loads(_fingerprint(dataclasses.replace(cfg, dissimilarity=False)))
+    assert "keep_subnormals" in json.loads(_fingerprint(dataclasses.replace(cfg, keep_subnormals=True)))
     assert _fingerprint(cfg) == _fingerprint(dataclasses.replace(cfg, threads=2, load="stream"))
     assert _fingerprint(cfg) != _fingerprint(dataclasses.replace(cfg, dtype="float64"))
     assert _fingerprint(RunConfig(data="d.h5", method="feddane_authors")) == (

@@ -122,6 +122,10 @@ class RunConfig:
     device: str = setting("cpu", role=NUMERICS, choices=("cpu", "cuda", "auto"),
                           help="where the numerics run (auto: a GPU where there is one)")
     dtype: str = setting("float32", role=NUMERICS, choices=DTYPE_NAMES, help="floating-point type of the numerics")
+    keep_subnormals: bool = setting(False, role=NUMERICS,
+                                    help="keep IEEE subnormal floats (default: flushed to zero in every thread "
+                                         "that computes, as TensorFlow's CPU threads do: near-diverging runs fill "
+                                         "with them, and Intel cores compute them ~100x slower; fedsim.machine)")
     threads: int = setting(1, role=EXECUTION, check=COUNT,
                            help="torch threads for the data copies at load time (the numerics run on one; a streamed "
                                 "run reads the next round's rows on one more)")
@@ -200,11 +204,13 @@ def setting_columns(config_class=RunConfig) -> list[str]:
 
 def fingerprint(config: RunConfig) -> str:
     """The settings a checkpoint must share with the run resuming it: all but the EXECUTION ones, and
-    the model only where one is named, eval_every only where it is not 1 and dissimilarity only where
-    it is off (what every run did before those settings existed, so their checkpoints still resume)."""
+    the model only where one is named, eval_every only where it is not 1, dissimilarity only where
+    it is off and keep_subnormals only where on (what every run did before those settings existed, so
+    their checkpoints still resume)."""
     unset = {"model"} if config.model is None else set()
     unset |= {"eval_every"} if config.eval_every == 1 else set()
     unset |= {"dissimilarity"} if config.dissimilarity else set()
+    unset |= set() if config.keep_subnormals else {"keep_subnormals"}
     kept = {f.name for f in dataclasses.fields(config) if role(f) != EXECUTION} - unset
     return json.dumps({k: v for k, v in dataclasses.asdict(config).items() if k in kept}, sort_keys=True)
 

@@ -56,6 +56,7 @@ from . import __version__
 from .checkpoint import Checkpoint
 from .data import FederatedDataset
 from . import authors, shuffle
+from .machine import environment, flushing, subnormals, thread_setup
 from .engine import (ACCELERATORS, ENGINES, KERNEL, Clients, SGDSettings, accelerator_for, device_grads, local_samples,
                      local_steps)
 from .methods import ENTRIES, RoundContext, get_method, traffic, variant_of
@@ -208,7 +209,7 @@ class RunData:
 
     def __init__(self, config: RunConfig, dataset: FederatedDataset):
         self.dataset, self.device, self.dtype = dataset, _compute_device(config.device), DTYPES[config.dtype]
-        self.threads = config.threads
+        self.threads, self.flush = config.threads, not config.keep_subnormals
         self.model = models.for_dataset(dataset, self.dtype, self.device, config.model)
         check_model(config, self.model, self.dtype)  # before the (possibly long) loads below
         self.width, self.input_dtype = self.model.input_layout(self.dtype)
@@ -302,7 +303,8 @@ class RunData:
             clients = self.load("train", devices, reuse=True)
         if upcoming is not None:
             if self._reader is None:
-                self._reader = ThreadPoolExecutor(1, thread_name_prefix="fedsim-read-ahead")
+                self._reader = ThreadPoolExecutor(1, thread_name_prefix="fedsim-read-ahead",
+                                                  initializer=thread_setup(self.flush))
             self._ahead = self._reader.submit(self.load, "train", upcoming, True, False, False)
             self._ahead.devices = np.unique(upcoming)
         return clients
@@ -333,7 +335,8 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
     config.validate()
     check_machine(config)
     started = time.perf_counter()
-    with torch_threads(1), FederatedDataset(config.data) as dataset:
+    with torch_threads(1), subnormals(not config.keep_subnormals), FederatedDataset(config.data) as dataset:
+        flushed = flushing()
         check_clients_per_round(config.clients_per_round, dataset.num_devices, config.selection)
         check_participation(config, dataset.num_devices)
         if config.eval_devices is not None and config.eval_devices > dataset.num_devices:
@@ -360,6 +363,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
         "shuffle_stream": shuffle.stream_of(config.rng),
         "fedsim_version": __version__,
         "torch_version": torch.__version__,
+        "environment": environment(flushed),  # what else made these bits: libraries, CPU, subnormals
         "result": {
             "rounds_completed": int(last["round"]),
             "final_train_loss": float(last["train_loss"]),

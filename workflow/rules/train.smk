@@ -5,7 +5,7 @@
 # the run's cost estimate with a margin, or simulator.max_runtime where lower; then `retries` (common.smk)
 # takes the run through as many jobs as it needs.
 # lr, batch size, the dataset's rounds, selection, second subset, the method's fedsim name and
-# correction term, rng, the init file's path, device, eval_devices, eval_every, model and load are params (the init
+# correction term, rng, subnormals kept, the init file's path, device, eval_devices, eval_every, model and load are params (the init
 # file itself an input): changing one of them reruns the runs it touches. Threads are not: a CPU run gives the same result
 # whatever its thread count.
 

@@ -39,7 +39,8 @@ SYNTHETIC_MEAN_SAMPLES = MEAN_SAMPLES  # a synthetic device's mean sample count 
 # the schema path of the properties that hold them: their allowed values and defaults are RunConfig's,
 # filled in by load_schema, so the schema states neither.
 RUN_SETTINGS = {
-    ("properties", "simulator", "properties"): ("selection", "second_subset", "rng", "init", "device", "threads"),
+    ("properties", "simulator", "properties"): ("selection", "second_subset", "rng", "init", "device", "keep_subnormals",
+                                               "threads"),
     ("properties", "datasets", "additionalProperties", "properties"): ("load", "model"),
     ("properties", "experiments", "additionalProperties", "properties"): ("theory",),
 }

@@ -171,8 +171,9 @@ def planned_runs_csv(cfg, plan, run_dir) -> str:
 
 def run_args(cfg, method, seed) -> str:
     """How a run is computed beyond its wildcards: the method as fedsim knows it, whose random
-    draws, the initial model."""
+    draws, the initial model, IEEE subnormals where kept."""
     args = [f"--method {method} --rng {cfg['simulator']['rng']}"]
+    args += ["--keep-subnormals"] if cfg["simulator"].get("keep_subnormals") else []
     args += [f"--option {shlex.quote(f'{k}={v}')}" for k, v in method_options(cfg, method).items()]
     args += [f"--init {shlex.quote(path)}" for path in init_files(cfg, seed)]
     return " ".join(args)
