@@ -37,7 +37,7 @@ LAYERS = [
               "fedsim.partition", "fedsim.arrays"]),
     ("numerics", ["fedsim.authors", "fedsim.kernel", "fedsim.shuffle", "fedsim.models", "fedsim.models.*", "fedsim.engine",
                   "fedsim.metrics"]),
-    ("run parts", ["fedsim.theory", "fedsim.checkpoint"]),
+    ("run parts", ["fedsim.theory", "fedsim.checkpoint", "fedsim.machine"]),
     ("run", ["fedsim.train"]),
     # fedsim from Python: a run as `fedsim train` trains it (fedsim.run, reached lazily from the package)
     ("the run from Python", ["fedsim.api"]),
