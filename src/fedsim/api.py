@@ -48,6 +48,9 @@ def run(data, method: str, *, out=None, **settings) -> tuple[pd.DataFrame, dict]
     """
     config = _config(data, method, settings)
     config.validate()  # before torch's import: a bad file is named in a second, not after ten
+    refused = _pool_refusal(config.data)
+    if refused:  # train.run refuses it too; here before torch
+        raise ValueError(refused)
     if out is not None and Path(_path("out", out)).exists() and not Path(out).is_dir():
         raise ValueError(f"bad out={os.fspath(out)!r}: a file, not a folder")
     from .train import run as train
@@ -56,6 +59,23 @@ def run(data, method: str, *, out=None, **settings) -> tuple[pd.DataFrame, dict]
     if out is not None:
         write_run(metrics, record, Path(out) / "metrics.csv", Path(out) / "run.json")
     return metrics, record
+
+
+def _pool_refusal(path) -> str | None:
+    """The line refusing a pool (fedsim.arrays.pool_refusal), from the file's attributes alone; None
+    where it is no pool, or no file train.run can open (which then says why)."""
+    import json
+
+    import h5py
+
+    from .arrays import pool_refusal
+
+    try:
+        with h5py.File(path, "r") as f:
+            provenance = json.loads(f.attrs.get("provenance", "{}"))
+    except Exception:
+        return None
+    return pool_refusal(path, provenance) if isinstance(provenance, dict) else None
 
 
 def _config(data, method, settings: dict) -> RunConfig:
