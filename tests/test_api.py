@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -185,11 +186,11 @@ def test_generate_synthetic_keeps_a_file_of_other_data(tmp_path):
     assert (tmp_path / "s.h5").read_bytes() != before
 
 
-def readme_block(heading: str, language: str) -> str:
-    """The first ```language block of README.md's section `heading`."""
+def readme_block(heading: str, language: str, index: int = 0) -> str:
+    """The ```language block number `index` (0: the first) of README.md's section `heading`."""
     text = (REPO / "README.md").read_text()
     section = text.split(f"\n## {heading}\n", 1)[1].split("\n## ", 1)[0]
-    return re.search(rf"```{language}\n(.*?)```", section, re.S)[1]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.S)[index]
 
 
 def test_the_readmes_python_example_runs(tmp_path, monkeypatch, capsys):
@@ -202,3 +203,186 @@ def test_the_readmes_python_example_runs(tmp_path, monkeypatch, capsys):
     metrics, record = frames[0], records[0]
     assert list(metrics["round"]) == list(range(record["config"]["rounds"] + 1))
     assert capsys.readouterr().out  # it shows something
+
+
+def test_the_readmes_own_data_example_runs(tmp_path, monkeypatch, capsys):
+    """The README's second Python block: an .npz imported as a pool, partitioned, trained with
+    progress and a checkpoint, in at most ten lines."""
+    block = readme_block("From Python", "python", 1)
+    assert len(block.strip().splitlines()) <= 10
+    assert all(name in block for name in ("fedsim.import_arrays", "fedsim.partition_dirichlet", "progress_seconds",
+                                          "checkpoint="))
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    metrics, record = namespace["metrics"], namespace["record"]
+    assert list(metrics["round"]) == list(range(21)) and record["result"]["diverged_round"] is None
+    assert record["dataset"]["devices"] == 20 and record["dataset"]["provenance"]["generator"] == "fedsim.partition"
+    assert metrics["train_loss"].iloc[-1] < metrics["train_loss"].iloc[0]
+    assert capsys.readouterr().out.startswith("fedavg mu=0 on mine_dir0.5: starting, 20 rounds, train loss ")
+    assert not (tmp_path / "mine.pt").exists()  # a run that completes removes its checkpoint
+
+
+RESUMED = dict(method="fedavg", rounds=6, clients_per_round=3, epochs=2)
+
+
+def test_a_run_ended_by_its_callback_resumes_to_the_same_bytes(data, tmp_path, capsys):
+    """on_round sees every row; an error it raises ends the run, the state of the last checkpoint kept;
+    the same call again resumes there and ends with the metrics of a run never stopped."""
+    whole, _ = fedsim.run(data, **RESUMED)
+    seen, raised = [], []
+
+    def on_round(row):
+        seen.append(row["round"])
+        if row["round"] == 3 and not raised:
+            raised.append(True)
+            raise RuntimeError("stop here")
+
+    keywords = dict(**RESUMED, on_round=on_round, checkpoint=tmp_path / "run.pt", checkpoint_every=1,
+                    checkpoint_seconds=0, progress_seconds=0)
+    with pytest.raises(RuntimeError, match="stop here"):
+        fedsim.run(data, **keywords, out=tmp_path / "out")
+    assert seen == [0, 1, 2, 3] and (tmp_path / "run.pt").exists() and not (tmp_path / "out").exists()
+    capsys.readouterr()
+    metrics, record = fedsim.run(data, **keywords, out=tmp_path / "out")
+    assert seen == [0, 1, 2, 3, 3, 4, 5, 6]  # round 3's state was saved before its metrics: computed again
+    assert record["result"]["resumed_from_round"] == 3
+    assert metrics.to_csv(index=False) == whole.to_csv(index=False)
+    assert (tmp_path / "out" / "metrics.csv").read_text() == whole.to_csv(index=False)
+    assert "resumed from its checkpoint at round 3, 6 rounds" in capsys.readouterr().out
+    assert not (tmp_path / "run.pt").exists()
+
+
+def test_ctrl_c_stops_a_run_at_a_round_boundary_and_it_resumes_to_the_same_bytes(data, tmp_path):
+    """With a checkpoint, Ctrl-C (SIGINT) during round 2 stops the run at round 3's boundary, its state
+    saved there whatever checkpoint_every says, then KeyboardInterrupt names what was kept."""
+    import os
+    import signal
+
+    whole, _ = fedsim.run(data, **RESUMED)
+    sent = []
+
+    def interrupt(row):
+        if row["round"] == 2 and not sent:
+            sent.append(True)
+            os.kill(os.getpid(), signal.SIGINT)
+
+    keywords = dict(**RESUMED, on_round=interrupt, checkpoint=tmp_path / "run.pt")
+    handler = signal.getsignal(signal.SIGINT)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        fedsim.run(data, **keywords)
+    assert str(stopped.value) == (f"stopped at round 3 of 6 by SIGINT; the state of round 3 is in {tmp_path / 'run.pt'}; "
+                                  "call fedsim.run again with the same arguments to resume")
+    assert signal.getsignal(signal.SIGINT) is handler  # restored
+    metrics, record = fedsim.run(data, **keywords)
+    assert record["result"]["resumed_from_round"] == 3
+    assert metrics.to_csv(index=False) == whole.to_csv(index=False)
+
+
+@pytest.mark.parametrize("keywords, line", [
+    (dict(progress_seconds=-1), "bad progress_seconds=-1: expected a finite number >= 0"),
+    (dict(progress_seconds="10"), "bad progress_seconds='10': expected a finite number >= 0"),
+    (dict(on_round=5), "bad on_round=5: expected a function of a metrics row, or None"),
+    (dict(checkpoint=3), "bad checkpoint=3: expected a path"),
+    (dict(checkpoint=".", checkpoint_every=0), "bad checkpoint='.': a folder, not a file"),
+    (dict(checkpoint="c.pt", checkpoint_every=0), "bad checkpoint_every=0: expected an integer >= 1"),
+    (dict(checkpoint="c.pt", checkpoint_seconds=None), "bad checkpoint_seconds=None: expected a finite number >= 0"),
+])
+def test_bad_progress_and_checkpoint_keywords_are_one_line(data, tmp_path, monkeypatch, keywords, line):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError) as refused:
+        fedsim.run(data, "fedavg", rounds=1, **keywords)
+    assert str(refused.value) == line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_runs_keywords_besides_the_settings_are_trains_options():
+    """fedsim.run's own keywords are `fedsim train`'s options besides the settings, with their defaults
+    (progress_seconds: None, silent, where the command prints every 30 s)."""
+    args = vars(cli.build_parser().parse_args(["train", "--data", "d.h5", "--method", "fedavg", "--metrics", "m.csv",
+                                               "--info", "r.json"]))
+    ours = {name: p.default for name, p in inspect.signature(api.run).parameters.items()
+            if p.kind is p.KEYWORD_ONLY and name not in ("out", "on_round", "progress_seconds")}
+    assert ours == {name: args[name] for name in ("checkpoint", "checkpoint_every", "checkpoint_seconds")}
+    assert inspect.signature(api.run).parameters["progress_seconds"].default is None
+    assert "progress_seconds" in args
+
+
+def npz_pool(path, n=300, features=6, classes=4, devices=False):
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n, features)).astype(np.float32)
+    arrays = dict(x=x, y=rng.integers(0, classes, n))
+    if devices:
+        arrays["device"] = np.arange(n) % 5
+    np.savez(path, **arrays)
+    return path
+
+
+def test_import_arrays_and_partition_dirichlet_write_the_commands_files(tmp_path):
+    """At the package's top, with the commands' options as keywords: the same files, byte for byte."""
+    npz = npz_pool(tmp_path / "mine.npz")
+    pool = fedsim.import_arrays(npz, tmp_path / "pool.h5", name="mine", train_fraction=0.8, seed=2)
+    assert pool == str(tmp_path / "pool.h5")
+    assert cli.main(["import-arrays", "--npz", str(npz), "--name", "mine", "--train-fraction", "0.8", "--seed", "2",
+                     "--out", str(tmp_path / "cli_pool.h5")]) == 0
+    assert (tmp_path / "pool.h5").read_bytes() == (tmp_path / "cli_pool.h5").read_bytes()
+    options = dict(devices=6, alpha=0.5, scheme="per_device", min_partition_size=5, seed=3, repeats="keep")
+    made = fedsim.partition_dirichlet(pool, tmp_path / "dir.h5", **options, name="mine_dir")
+    assert made == str(tmp_path / "dir.h5")
+    argv = ["partition-dirichlet", "--pool", pool, "--name", "mine_dir", "--out", str(tmp_path / "cli_dir.h5")]
+    argv += [arg for key, value in options.items() for arg in ("--" + key.replace("_", "-"), str(value))]
+    assert cli.main(argv) == 0
+    assert (tmp_path / "dir.h5").read_bytes() == (tmp_path / "cli_dir.h5").read_bytes()
+    with FederatedDataset(made) as dataset:
+        assert dataset.num_devices == 6 and dataset.name == "mine_dir"
+
+
+@pytest.mark.parametrize("command", ["import-arrays", "partition-dirichlet"])
+def test_import_arrays_and_partition_dirichlets_keywords_are_the_commands_options(command):
+    required = {"import-arrays": ["--npz", "x.npz"], "partition-dirichlet": ["--pool", "p.h5", "--devices", "2",
+                                                                            "--alpha", "1"]}[command]
+    args = vars(cli.build_parser().parse_args([command, *required, "--out", "o.h5"]))
+    function = {"import-arrays": api.import_arrays, "partition-dirichlet": api.partition_dirichlet}[command]
+    ours = {name: p.default for name, p in inspect.signature(function).parameters.items()
+            if name not in ("npz", "pool", "out", "devices", "alpha")}
+    assert ours == {name: value for name, value in args.items()
+                    if name not in ("command", "func", "npz", "pool", "out", "devices", "alpha")}
+    assert all(f"`{name}`" in function.__doc__ or name in function.__doc__ for name in ours)
+
+
+@pytest.mark.parametrize("call, line", [
+    (lambda t: fedsim.import_arrays(t / "mine.npz", t / "o.h5", train_fraction=0), "bad train_fraction=0: expected "
+                                                                                    "a fraction in (0, 1]"),
+    (lambda t: fedsim.import_arrays(t / "mine.npz", t / "o.h5", seed=1.5), "bad seed=1.5: expected an integer >= 0"),
+    (lambda t: fedsim.import_arrays(t / "none.npz", t / "o.h5"), "{t}/none.npz: no such file"),
+    (lambda t: fedsim.import_arrays(t / "mine.npz", None), "bad out=None: expected a path"),
+    (lambda t: fedsim.partition_dirichlet(t / "pool.h5", t / "o.h5", devices=0, alpha=1),
+     "bad devices=0: expected an integer >= 1"),
+    (lambda t: fedsim.partition_dirichlet(t / "pool.h5", t / "o.h5", devices=3, alpha=0),
+     "bad alpha=0: expected a finite number > 0"),
+    (lambda t: fedsim.partition_dirichlet(t / "pool.h5", t / "o.h5", devices=3, alpha=1, scheme="even"),
+     "bad scheme='even': expected one of per_class, per_device"),
+    (lambda t: fedsim.partition_dirichlet(t / "pool.h5", t / "o.h5", devices=3, alpha=1, self_balancing="no"),
+     "bad self_balancing='no': expected True or False"),
+    (lambda t: fedsim.partition_dirichlet(t / "none.h5", t / "o.h5", devices=3, alpha=1),
+     "{t}/none.h5: dataset file not found"),
+    # what the pool cannot meet: the command's own line (fedsim.partition)
+    (lambda t: fedsim.partition_dirichlet(t / "pool.h5", t / "o.h5", devices=400, alpha=1),
+     "devices: 400 devices, but the pool holds only 300 samples"),
+])
+def test_import_arrays_and_partition_dirichlet_refuse_in_one_line(tmp_path, capsys, call, line):
+    npz_pool(tmp_path / "mine.npz")
+    fedsim.import_arrays(tmp_path / "mine.npz", tmp_path / "pool.h5")
+    with pytest.raises(ValueError) as refused:
+        call(tmp_path)
+    assert str(refused.value) == line.format(t=tmp_path)
+    assert not (tmp_path / "o.h5").exists()
+    if "400" in line:  # the command says the same
+        assert cli.main(["partition-dirichlet", "--pool", str(tmp_path / "pool.h5"), "--devices", "400", "--alpha",
+                         "1", "--out", str(tmp_path / "o.h5")]) == 2
+        assert capsys.readouterr().err == f"fedsim partition-dirichlet: error: {line}\n"
+
+
+def test_the_packages_top_offers_the_datasets_writers_lazily():
+    assert {"run", "generate_synthetic", "import_arrays", "partition_dirichlet"} <= set(dir(fedsim))
+    assert fedsim.import_arrays is api.import_arrays and fedsim.partition_dirichlet is api.partition_dirichlet

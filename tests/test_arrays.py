@@ -117,3 +117,42 @@ def test_a_pool_of_colour_images_partitioned_by_dirichlet_trains_lenet5_through_
         rows = list(csv.DictReader(f))
     assert [row["round"] for row in rows] == ["0", "1", "2"]
     assert '"model": "lenet5"' in (run / "run.json").read_text()
+
+
+def test_a_pool_is_refused_by_train_and_fedsim_run_naming_the_partition_to_make(tmp_path, capsys):
+    """A pool is one device: `fedsim train` and fedsim.run refuse it in one line, as the workflow's
+    config check does, where they would train it as one device (fedsim.run: before torch loads)."""
+    import subprocess
+    import sys
+
+    from fedsim import cli
+
+    from helpers.workflow import env
+
+    x, y = images(shape=(5,))
+    np.savez(tmp_path / "pool.npz", x=x, y=y)
+    import_arrays(tmp_path / "pool.npz", tmp_path / "pool.h5", name="pool")
+    pool = tmp_path / "pool.h5"
+    line = (f"{pool} is a pool (an .npz imported without `device` ids: all its rows one device); deal it to "
+            f"devices first, `fedsim partition-dirichlet --pool {pool} --devices N --alpha A --out partition.h5` "
+            "(from Python: fedsim.partition_dirichlet), and train on that")
+    argv = ["train", "--data", str(pool), "--method", "fedavg", "--clients-per-round", "1", "--rounds", "1",
+            "--metrics", str(tmp_path / "m.csv"), "--info", str(tmp_path / "run.json")]
+    assert cli.main(argv) == 2
+    assert capsys.readouterr().err == f"fedsim train: error: {line}\n"
+    assert not (tmp_path / "m.csv").exists()
+    code = ("import sys, fedsim\n"
+            "try:\n"
+            f"    fedsim.run({str(pool)!r}, 'fedavg', clients_per_round=1, rounds=1)\n"
+            "except ValueError as err:\n"
+            "    print(err)\n"
+            "print('torch' in sys.modules)\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [line, "False"]
+    # a file imported with device ids trains
+    np.savez(tmp_path / "fed.npz", x=x, y=y, device=np.arange(len(y)) % 3)
+    import_arrays(tmp_path / "fed.npz", tmp_path / "fed.h5", name="fed")
+    argv[2] = str(tmp_path / "fed.h5")
+    assert cli.main(argv) == 0

@@ -39,12 +39,13 @@ LAYERS = [
                   "fedsim.metrics"]),
     ("run parts", ["fedsim.theory", "fedsim.checkpoint", "fedsim.machine"]),
     ("run", ["fedsim.train"]),
-    # fedsim from Python: a run as `fedsim train` trains it (fedsim.run, reached lazily from the package)
-    ("the run from Python", ["fedsim.api"]),
     # The workflow's planning stands above the simulator it plans for: no training code imports it, so
     # editing the cost model or the runs table changes no training job's code fingerprint (fedsim.planning.jobs)
     # and reruns no run. It must not reach down into torch either: TORCH_FREE below.
     ("planning", ["fedsim.planning", "fedsim.planning.*"]),
+    # fedsim from Python: a run as `fedsim train` trains it (fedsim.run, reached lazily from the package),
+    # with its progress lines (fedsim.planning.progress), as the commands
+    ("the run from Python", ["fedsim.api"]),
     ("reports and measurements", ["fedsim.summary", "fedsim.tables", "fedsim.figures", "fedsim.calibration"]),
     ("commands", ["fedsim.cli", "fedsim.warm", "fedsim.__main__"]),
 ]

@@ -1,8 +1,11 @@
 """fedsim: a compact, fast federated-learning simulator (FedAvg, FedProx, FedDANE).
 
 From Python (fedsim.api): `fedsim.run(data, method, **settings)` trains one run as `python -m fedsim
-train` does and returns its per-round metrics (a pandas DataFrame) and its record;
-`fedsim.generate_synthetic(out, alpha=..., beta=...)` writes a dataset to train on.
+train` does and returns its per-round metrics (a pandas DataFrame) and its record, with progress
+lines (`progress_seconds=`), a callback per round (`on_round=`) and a checkpoint to resume from
+(`checkpoint=`); `fedsim.generate_synthetic(out, alpha=..., beta=...)` writes a dataset to train on,
+`fedsim.import_arrays(npz, out)` a user's arrays, `fedsim.partition_dirichlet(pool, out, devices=...,
+alpha=...)` a pool's rows dealt to devices.
 """
 
 import importlib
@@ -13,7 +16,7 @@ __version__ = "0.1.0"
 # package at every snakemake call, and fedsim.api's run needs torch. By name (importlib), not by an
 # import statement, so that the jobs' code fingerprints (fedsim.planning.jobs, read from the imports) and the
 # layers (tests/test_layers.py) do not take fedsim.api for code every module of the package runs.
-_API = ("run", "generate_synthetic")
+_API = ("run", "generate_synthetic", "import_arrays", "partition_dirichlet")
 
 
 def __getattr__(name: str):

@@ -1,18 +1,26 @@
-"""fedsim from Python: one call trains a run, another writes a dataset to train it on.
+"""fedsim from Python: one call trains a run, others write a dataset to train it on.
 
     import fedsim
 
     data = fedsim.generate_synthetic("synthetic_1_1.h5", alpha=1, beta=1)
     metrics, record = fedsim.run(data, "feddane", mu=0.01, rounds=20)
 
+    pool = fedsim.import_arrays("mine.npz", "pool.h5")           # x, y: a pool (one device)
+    data = fedsim.partition_dirichlet(pool, "mine.h5", devices=20, alpha=0.5)
+    metrics, record = fedsim.run(data, "fedavg", progress_seconds=10, checkpoint="mine.pt")
+
 `run` is `python -m fedsim train` without the command line: the same RunConfig (fedsim.settings:
 every keyword is one of its fields, `python -m fedsim train --help` explains each), the same checks
 with the same one-line ValueErrors (a setting's own before torch is imported; those that need the
 dataset's device count once it is open), the same rule for a method whose mu has no default
-(FedProx: settings.given_config), and the same numbers, bit for bit (tests/test_api.py).
-`generate_synthetic` is `python -m fedsim generate-synthetic`.
+(FedProx: settings.given_config), and the same numbers, bit for bit (tests/test_api.py). Its own
+keywords are the command's other options: progress lines (`progress_seconds`) or a callback per
+metrics row (`on_round`), and a checkpoint to resume from (`checkpoint`, `checkpoint_every`,
+`checkpoint_seconds`). `generate_synthetic`, `import_arrays` and `partition_dirichlet` are
+`python -m fedsim generate-synthetic`, `import-arrays` and `partition-dirichlet`, their keywords
+the options.
 
-`import fedsim` reaches both lazily (fedsim/__init__.py), so it stays free of torch.
+`import fedsim` reaches them lazily (fedsim/__init__.py), so it stays free of torch.
 """
 
 from __future__ import annotations
@@ -25,37 +33,142 @@ from pathlib import Path
 
 import pandas as pd
 
+from .partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
 from .records import write_run
-from .settings import COUNT, INDEX, NON_NEGATIVE, Check, RunConfig, given_config
+from .settings import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS, COUNT, INDEX, NON_NEGATIVE, POSITIVE, Check, RunConfig,
+                       given_config)
 from .synthetic import DEFAULTS as SYNTHETIC, write_synthetic
 
 SETTINGS = {f.name: f for f in dataclasses.fields(RunConfig)}
 # generate-synthetic's options (fedsim.cli), as keywords: what each value must be
+SHARE = Check(float, lambda v: math.isfinite(v) and 0 < v <= 1, "a fraction in (0, 1]")
 GENERATOR = {"alpha": NON_NEGATIVE, "beta": NON_NEGATIVE, "devices": COUNT, "features": COUNT, "classes": COUNT,
-             "train_fraction": Check(float, lambda v: math.isfinite(v) and 0 < v <= 1, "a fraction in (0, 1]"),
-             "seed": INDEX}
+             "train_fraction": SHARE, "seed": INDEX}
+# partition-dirichlet's and import-arrays' options, likewise
+PARTITIONER = {"devices": COUNT, "alpha": POSITIVE, "min_partition_size": COUNT, "max_retries": INDEX,
+               "train_fraction": SHARE, "seed": INDEX}
 
 
-def run(data, method: str, *, out=None, **settings) -> tuple[pd.DataFrame, dict]:
+def run(data, method: str, *, out=None, on_round=None, progress_seconds=None, checkpoint=None,
+        checkpoint_every: int = CHECKPOINT_EVERY, checkpoint_seconds: float = CHECKPOINT_SECONDS,
+        **settings) -> tuple[pd.DataFrame, dict]:
     """Train one run; return its per-round metrics (metrics.csv's rows and columns: docs/outputs.md)
     and its record (what run.json holds, less the name of its metrics file).
 
-    `data`: a dataset file (fedsim's HDF5 format: generate_synthetic, or the workflow's
-    results/datasets/); `method`: a method or variant name (fedsim.methods.ENTRIES); `settings`: any
-    other field of fedsim.settings.RunConfig (mu, clients_per_round, epochs, seed, rounds, lr,
-    batch_size, options={NAME: value}, ...), each at its default where left out, as with `fedsim
-    train`; FedProx needs its mu. `out`: a folder to write metrics.csv and run.json to as well.
+    `data`: a dataset file (fedsim's HDF5 format: generate_synthetic, partition_dirichlet,
+    import_arrays with device ids, or the workflow's results/datasets/); `method`: a method or
+    variant name (fedsim.methods.ENTRIES); `settings`: any other field of fedsim.settings.RunConfig
+    (mu, clients_per_round, epochs, seed, rounds, lr, batch_size, options={NAME: value}, ...), each
+    at its default where left out, as with `fedsim train`; FedProx needs its mu. `out`: a folder to
+    write metrics.csv and run.json to as well.
+
+    While it runs: `progress_seconds` (None: silent) prints `fedsim train`'s progress lines, at most
+    one per that many seconds; `on_round(row)` is called with each metrics row (a dict of
+    metrics.csv's columns) as it is computed; what it raises ends the run.
+
+    `checkpoint`: a file to save the run's state to, every `checkpoint_every` rounds once
+    `checkpoint_seconds` have passed since the last save (`fedsim train --checkpoint`'s defaults).
+    A run stopped (Ctrl-C: at the next round boundary, the state saved there first, then
+    KeyboardInterrupt; or anything raised) and called again with the same arguments resumes from the
+    last state saved, and ends with the same metrics, bit for bit, as a run never stopped. The file
+    is removed when the run completes.
     """
     config = _config(data, method, settings)
     config.validate()  # before torch's import: a bad file is named in a second, not after ten
+    if on_round is not None and not callable(on_round):
+        raise ValueError(f"bad on_round={on_round!r}: expected a function of a metrics row, or None")
+    if progress_seconds is not None:
+        progress_seconds = _number("progress_seconds", progress_seconds, NON_NEGATIVE)
+    if checkpoint is not None:
+        checkpoint = _path("checkpoint", checkpoint)
+        if Path(checkpoint).is_dir():
+            raise ValueError(f"bad checkpoint={checkpoint!r}: a folder, not a file")
+    checkpoint_every = _number("checkpoint_every", checkpoint_every, COUNT)
+    checkpoint_seconds = _number("checkpoint_seconds", checkpoint_seconds, NON_NEGATIVE)
     if out is not None and Path(_path("out", out)).exists() and not Path(out).is_dir():
         raise ValueError(f"bad out={os.fspath(out)!r}: a file, not a folder")
+    refused = _pool_refusal(config.data)
+    if refused:  # train.run refuses it too; here before torch
+        raise ValueError(refused)
+    from .checkpoint import Checkpoint
     from .train import run as train
 
-    metrics, record = train(config)
+    saver = None if checkpoint is None else Checkpoint(Path(checkpoint), checkpoint_every, checkpoint_seconds)
+    progress = None if progress_seconds is None else run_progress(config, progress_seconds)
+
+    def each_row(row: dict) -> None:
+        if progress is not None:
+            progress(row)
+        if on_round is not None:
+            on_round(dict(row))
+
+    try:
+        metrics, record = _train(train, config, saver, each_row, progress)
+    finally:
+        if progress is not None:
+            progress.close()
     if out is not None:
         write_run(metrics, record, Path(out) / "metrics.csv", Path(out) / "run.json")
+    if saver is not None:
+        saver.remove()  # only now: the outputs it stood in for are complete
     return metrics, record
+
+
+def _train(train, config, checkpoint, on_round, progress):
+    """train.run; with a checkpoint, a Ctrl-C (or SIGTERM) stops it at the next round boundary, its
+    state saved there, and raises KeyboardInterrupt (Stopped for the others) saying what was kept."""
+    import signal
+
+    from .stopping import StopSignals, Stopped
+
+    on_resume = None if progress is None else progress.resume
+    if checkpoint is None:
+        return train(config, on_round=on_round, on_resume=on_resume)
+    try:
+        with StopSignals(graceful=True) as stop:
+            return train(config, on_round=on_round, checkpoint=checkpoint, stop=stop, on_resume=on_resume)
+    except Stopped as stopped:
+        if checkpoint.saved_round is None:
+            stopped.kept = "nothing was kept (no round saved yet): calling it again starts over"
+        else:
+            stopped.kept = (f"the state of round {checkpoint.saved_round} is in {checkpoint.path}; call "
+                            "fedsim.run again with the same arguments to resume")
+        if stopped.signum == signal.SIGINT:
+            raise KeyboardInterrupt(stopped.line()) from None
+        raise
+
+
+def run_progress(config: RunConfig, every: float, stream=None):
+    """A run's progress lines (fedsim.planning.progress: `fedsim train`'s), with the cost model's
+    estimate where it has one; to `stream` (default: stdout), at most one per `every` seconds."""
+    from .data import FederatedDataset
+    from .methods import describe_setting, variant_of
+    from .planning.cost import run_round_seconds
+    from .planning.progress import Progress
+
+    config.validate()  # a missing dataset file is named before it is opened here
+    with FederatedDataset(config.data) as dataset:
+        name, kind = dataset.name, dataset.kind
+    settings = dataclasses.asdict(config)
+    label = f"{variant_of(settings)} {describe_setting(settings)} on {name}"
+    return Progress(label, config.rounds, every=every, stream=stream, estimate=run_round_seconds(config, kind))
+
+
+def _pool_refusal(path) -> str | None:
+    """The line refusing a pool (fedsim.arrays.pool_refusal), from the file's attributes alone; None
+    where it is no pool, or no file train.run can open (which then says why)."""
+    import json
+
+    import h5py
+
+    from .arrays import pool_refusal
+
+    try:
+        with h5py.File(path, "r") as f:
+            provenance = json.loads(f.attrs.get("provenance", "{}"))
+    except Exception:
+        return None
+    return pool_refusal(path, provenance) if isinstance(provenance, dict) else None
 
 
 def _config(data, method, settings: dict) -> RunConfig:
@@ -151,3 +264,64 @@ def generate_synthetic(out, *, alpha=0.0, beta=0.0, iid: bool = False, name: str
                     beta=checked["beta"], num_devices=checked["devices"], num_features=checked["features"],
                     num_classes=checked["classes"], train_fraction=checked["train_fraction"], seed=checked["seed"])
     return out
+
+
+def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = PARTITION["train_fraction"],
+                  seed: int = PARTITION["seed"]) -> str:
+    """Write a user's .npz of arrays to `out` as a dataset file and return its path, as
+    `python -m fedsim import-arrays` does with the same options.
+
+    The .npz holds `x` (n x d features or n x C x H x W images), `y` (n integer labels 0 .. classes - 1)
+    and optionally `device` (n integer device ids: one device per id) and `test` (n booleans: the
+    test rows; without it each device's rows are split, a `train_fraction` of them to train, seeded
+    by `seed`). Without `device` the file is a pool, one device: deal it to devices with
+    partition_dirichlet before a run. `name` is the dataset's, in every run's record. What the file
+    cannot be read as is a ValueError in one line naming the file and the array (fedsim.arrays)."""
+    from .arrays import import_arrays as write_arrays
+
+    npz, out = _path("npz", npz), _path("out", out)
+    checked = {key: _number(key, value, PARTITIONER[key])
+               for key, value in dict(train_fraction=train_fraction, seed=seed).items()}
+    write_arrays(npz, out, name=_name(name), **checked)
+    return out
+
+
+def partition_dirichlet(pool, out, *, devices: int, alpha: float, scheme: str = PARTITION["scheme"],
+                        min_partition_size: int = PARTITION["min_partition_size"],
+                        self_balancing: bool = PARTITION["self_balancing"], max_retries: int = PARTITION["max_retries"],
+                        train_fraction: float = PARTITION["train_fraction"], seed: int = PARTITION["seed"],
+                        repeats: str = PARTITION["repeats"], name: str = "dirichlet") -> str:
+    """Deal every train and test row of the dataset file `pool` (import_arrays' pool, or any image or
+    feature dataset file) to `devices` devices by label with a Dirichlet(`alpha`) draw, write the
+    result to `out` and return its path, as `python -m fedsim partition-dirichlet` does with the same
+    options (fedsim.partition).
+
+    `scheme`: per_class (each class over the devices, flwr-datasets' DirichletPartitioner) or
+    per_device (each device over the classes, equal sizes, Hsu et al. 2019); `min_partition_size`:
+    the fewest samples a device may get; `self_balancing` (per_class): a device over the mean size
+    gets no more classes; `max_retries` (per_class): new draws while a device is under the minimum,
+    then refused; `train_fraction`: each device's share of train rows; `seed`; `repeats`: a sample the
+    pool holds more than once is dealt once (drop) or every time (keep); `name`: the dataset's.
+    Settings the pool cannot meet (more devices than it allows) are a ValueError in one line."""
+    from .partition import write_dirichlet
+
+    pool, out = _path("pool", pool), _path("out", out)
+    checked = {key: _number(key, value, PARTITIONER[key])
+               for key, value in dict(devices=devices, alpha=alpha, min_partition_size=min_partition_size,
+                                      max_retries=max_retries, train_fraction=train_fraction, seed=seed).items()}
+    for key, value, allowed in (("scheme", scheme, SCHEMES), ("repeats", repeats, REPEATS)):
+        if value not in allowed:
+            raise ValueError(f"bad {key}={value!r}: expected one of {', '.join(allowed)}")
+    if not isinstance(self_balancing, bool):
+        raise ValueError(f"bad self_balancing={self_balancing!r}: expected True or False")
+    if not Path(pool).is_file():
+        raise ValueError(f"{pool}: dataset file not found")
+    write_dirichlet(pool, out, name=_name(name), scheme=scheme, self_balancing=self_balancing, repeats=repeats,
+                    **checked)
+    return out
+
+
+def _name(name) -> str:
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"bad name={name!r}: expected the dataset's name, a string")
+    return name

@@ -23,6 +23,19 @@ import numpy as np
 from .specs import FEATURES, IMAGE
 
 KEYS = ("x", "y", "device", "test")
+POOL = "one: a pool for kind dirichlet"  # provenance["devices"] of a file imported without device ids
+
+
+def pool_refusal(path, provenance: dict) -> str | None:
+    """The one line that refuses to train on the dataset file `path` (its provenance as given) where
+    it is a pool (an .npz imported without device ids: all its rows one device), naming the partition
+    to make of it; None where it is not a pool. The workflow refuses such an entry at its config check
+    (fedsim.planning.configcheck); `fedsim train` and fedsim.run refuse its file here."""
+    if provenance.get("generator") != "fedsim.arrays" or provenance.get("devices") != POOL:
+        return None
+    return (f"{path} is a pool (an .npz imported without `device` ids: all its rows one device); deal it to "
+            f"devices first, `fedsim partition-dirichlet --pool {path} --devices N --alpha A --out partition.h5` "
+            "(from Python: fedsim.partition_dirichlet), and train on that")
 
 
 def _headers(path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -100,7 +113,7 @@ def import_arrays(npz, out_path, *, name, train_fraction=0.9, seed=0) -> dict:
         parts = [(m[train], m[held]) for m, (train, held) in
                  zip(members, split_devices([len(m) for m in members], train_fraction, seed))]
     provenance = dict(generator="fedsim.arrays", source=str(npz), rows=int(len(y)),
-                      devices="the file's ids" if about["devices"] else "one: a pool for kind dirichlet",
+                      devices="the file's ids" if about["devices"] else POOL,
                       test_rows="the file's `test`" if test is not None else
                       f"each device's split by LEAF's rule (train_fraction {train_fraction}, seed {seed})")
     kind = "features" if about["samples"] == FEATURES else "images"

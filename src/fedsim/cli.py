@@ -325,19 +325,9 @@ def _kept(checkpoint, stopped) -> str:
 
 def _progress(config, every: float):
     """The run's progress lines (fedsim.planning.progress), with the cost model's estimate where it has one."""
-    import dataclasses
+    from .api import run_progress
 
-    from .planning.cost import run_round_seconds
-    from .data import FederatedDataset
-    from .methods import describe_setting, variant_of
-    from .planning.progress import Progress
-
-    config.validate()  # a missing dataset file is named before it is opened here
-    with FederatedDataset(config.data) as dataset:
-        name, kind = dataset.name, dataset.kind
-    settings = dataclasses.asdict(config)
-    label = f"{variant_of(settings)} {describe_setting(settings)} on {name}"
-    return Progress(label, config.rounds, every=every, estimate=run_round_seconds(config, kind))
+    return run_progress(config, every)
 
 
 def _summarise(args) -> None:

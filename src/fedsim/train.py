@@ -53,6 +53,7 @@ import pandas as pd
 import torch
 
 from . import __version__
+from .arrays import pool_refusal
 from .checkpoint import Checkpoint
 from .data import FederatedDataset
 from . import authors, shuffle
@@ -337,6 +338,9 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
     started = time.perf_counter()
     with torch_threads(1), subnormals(not config.keep_subnormals), FederatedDataset(config.data) as dataset:
         flushed = flushing()
+        refused = pool_refusal(config.data, dataset.attrs.get("provenance") or {})
+        if refused:  # one device: it would train as one, silently
+            raise ValueError(refused)
         check_clients_per_round(config.clients_per_round, dataset.num_devices, config.selection)
         check_participation(config, dataset.num_devices)
         if config.eval_devices is not None and config.eval_devices > dataset.num_devices:
