@@ -230,7 +230,8 @@ def _import_arrays(args) -> None:
     from .arrays import import_arrays
     from .data import FederatedDataset
 
-    prov = import_arrays(args.npz, args.out, name=args.name, train_fraction=args.train_fraction, seed=args.seed)
+    prov = import_arrays(args.npz, args.out, name=args.name, train_fraction=args.train_fraction, seed=args.seed,
+                         classes=args.classes)
     with FederatedDataset(args.out) as dataset:
         print(f"{args.name}: {prov['rows']} rows of {args.npz}, {dataset.num_devices} device(s) ({prov['devices']}), "
               f"{dataset.kind} {tuple(dataset.feature_shape)}, {dataset.num_classes} classes; "
@@ -527,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without `test`: each device's share of train rows, LEAF's per-user split "
                         f"(default: {PARTITION['train_fraction']})")
     p.add_argument("--seed", type=INDEX, default=PARTITION["seed"])
+    p.add_argument("--classes", type=COUNT, help="number of classes: labels 0 .. classes - 1 (default: largest label + 1)")
     p.add_argument("--name", default="arrays")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_import_arrays)
