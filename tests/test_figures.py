@@ -490,3 +490,11 @@ def test_a_log_axis_within_one_decade_labels_its_data_ends():
     assert [t.get_text() for t in short.get_xticklabels()] == ["20", "40"]
     assert list(wide.get_xticks()) != [20, 4000]
     plt.close(fig)
+
+
+def test_the_successors_figure_draws_runs_not_finite_from_round_0(tmp_path, drawn):
+    """Nothing spent, nothing finite: the cost axes still get a range (min() of nothing before)."""
+    runs = [costed_run(tmp_path, m, [math.nan] * 5) for m in ("fedavg", "feddane", "scaffold")]
+    figures.successors_figure(runs, None, tmp_path / "s.pdf")
+    rounds_axes = [ax for ax in drawn[0].axes if ax.get_xlabel() == "# rounds"]
+    assert rounds_axes and all(ax.get_xlim()[0] <= 0 and ax.get_xlim()[1] >= 4 for ax in rounds_axes)

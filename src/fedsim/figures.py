@@ -459,9 +459,15 @@ def _loss_top(curves: dict, metric: str) -> float | None:
 
 
 def _x_range(runs, x: str, log: bool) -> tuple[float, float]:
-    """The range of `x` over a dataset's runs (on a log axis: its positive part), with a margin."""
+    """The range of `x` over a dataset's runs (on a log axis: its positive part), with a margin; rounds span
+    0 .. the planned rounds however early the runs stopped, and runs that stopped at round 0 (nothing spent)
+    get 1 .. 10 on a log axis."""
     values = pd.concat([m[x] for m, _ in runs]).to_numpy(dtype=float)
     values = values[np.isfinite(values) & (values > 0 if log else True)]
+    if x == "round" and not log:
+        values = np.r_[values, 0, max(r["config"]["rounds"] for _, r in runs)]
+    if not len(values):
+        values = np.array([1.0, 10.0])
     lo, hi = values.min(), values.max()
     return (lo / 1.3, hi * 1.3) if log else (lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))
 
