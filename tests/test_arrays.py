@@ -39,6 +39,50 @@ def test_an_npz_it_cannot_read_is_one_line_naming_the_array(tmp_path, arrays, pr
     assert "\n" not in str(refused.value) and not (tmp_path / "out.h5").exists()
 
 
+@pytest.mark.parametrize("bad, problem", [
+    (lambda x, y: x.__setitem__((37, 1, 2, 3), np.nan), "`x` row 37 holds nan: every value must be finite"),
+    (lambda x, y: x.__setitem__((90, 0, 0, 0), -np.inf), "`x` row 90 holds -inf: every value must be finite"),
+    (lambda x, y: y.__setitem__(5, -1), "`y` row 5 holds the label -1: labels are 0 .. classes - 1"),
+])
+def test_non_finite_pixels_and_negative_labels_are_refused_naming_the_row(tmp_path, bad, problem):
+    """A NaN pixel was imported before: training then read as the method's divergence at round 0."""
+    x, y = images()
+    bad(x, y)
+    path = tmp_path / "mine.npz"
+    np.savez(path, x=x, y=y)
+    with pytest.raises(ValueError) as refused:
+        import_arrays(path, tmp_path / "out.h5", name="mine")
+    assert str(refused.value) == f"{path}: {problem}"
+    assert not (tmp_path / "out.h5").exists()
+
+
+def test_labels_beyond_the_classes_given_are_refused_naming_the_row(tmp_path):
+    x, y = images(classes=4)
+    y[:] = np.arange(120) % 4
+    path = tmp_path / "mine.npz"
+    np.savez(path, x=x, y=y)
+    with pytest.raises(ValueError) as refused:
+        import_arrays(path, tmp_path / "out.h5", name="mine", classes=3)
+    assert str(refused.value) == f"{path}: `y` row 3 holds the label 3: labels are 0 .. classes - 1 (classes 3)"
+    assert not (tmp_path / "out.h5").exists()
+    import_arrays(path, tmp_path / "ten.h5", name="mine", classes=10)  # classes the file does not all hold
+    with FederatedDataset(tmp_path / "ten.h5") as data:
+        assert data.num_classes == 10
+
+
+def test_the_cli_refuses_a_nan_pixel_in_one_line(tmp_path, capsys):
+    from fedsim import cli
+
+    x, y = images()
+    x[3, 0, 0, 0] = np.nan
+    np.savez(tmp_path / "mine.npz", x=x, y=y)
+    code = cli.main(["import-arrays", "--npz", str(tmp_path / "mine.npz"), "--out", str(tmp_path / "out.h5")])
+    err = capsys.readouterr().err
+    assert code == 2 and err == (f"fedsim import-arrays: error: {tmp_path / 'mine.npz'}: `x` row 3 holds nan: "
+                                 "every value must be finite\n")
+    assert not (tmp_path / "out.h5").exists()
+
+
 def test_device_ids_and_test_rows_are_the_files(tmp_path):
     x, y = images(shape=(20,))
     device = np.repeat([7, 3, 5], 40)

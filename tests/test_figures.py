@@ -7,6 +7,7 @@ from pathlib import Path
 import matplotlib.collections
 import matplotlib.colors
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -130,13 +131,59 @@ def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
     assert ax.get_ylim() == (0, pytest.approx(1.15 * 3.0))
     markers = {line.get_marker() for line in ax.get_lines()}
     assert {"^", "x"} <= markers  # leaves the range; diverged
-    # the curve itself stays, along the top edge, and its legend says how high and where it ended
+    # the curve rises to the top edge where it leaves (round 1), is not drawn above it (along the edge it
+    # read as a plateau), its cross sits on the edge at round 3, where it diverged, and its legend says all
     [dane] = [line for label, line in lines(ax).items() if label.startswith("FedDANE")]
-    assert max(dane.get_ydata()) == pytest.approx(1.15 * 3.0) and len(dane.get_ydata()) == 4  # to the inf
-    assert dane.get_label() == "FedDANE (μ=0.01): ▲ up to 40, ends at 40"
+    drawn_y = list(dane.get_ydata())
+    assert drawn_y[:2] == [3.0, pytest.approx(1.15 * 3.0)] and all(math.isnan(v) for v in drawn_y[2:])
+    assert [(x, color) for color, x, _ in crosses(ax)] == [(3, figures.COLORS["feddane"])]
+    assert dane.get_label() == "FedDANE (μ=0.01): ✕ diverged at round 3; ▲ up to 40, ends at 40"
     assert ax.get_legend().get_texts()[2].get_text() == dane.get_label()
     legend, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
     assert legend.y1 <= axes_box.y0  # below the panel: it covers no curve
+
+
+def crosses(ax):
+    """The diverged marks: (colour, x, display y) of each cross."""
+    marks = []
+    for line in ax.get_lines():
+        if line.get_marker() == "x":
+            for x, y in zip(line.get_xdata(), line.get_ydata()):
+                marks.append((line.get_color(), x, round(float(line.get_transform().transform((x, y))[1]), 1)))
+    return marks
+
+
+def test_a_figure_of_only_diverged_runs_is_drawn_and_says_so(tmp_path, drawn):
+    """Both runs diverge at round 1: each cross sits at round 1, neither hides the other, the x axis
+    spans the planned rounds, and the legend says diverged."""
+    nan = math.nan
+    runs = [fake_run(tmp_path, method="fedavg", losses=[3.0, nan, nan, nan, nan]),
+            fake_run(tmp_path, mu=0.01, losses=[3.0, math.inf, math.inf, math.inf, math.inf])]
+    figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    lo, hi = ax.get_xlim()
+    assert lo <= 0 and hi >= 4
+    marks = crosses(ax)
+    assert sorted(color for color, _, _ in marks) == sorted(figures.COLORS[m] for m in ("fedavg", "feddane"))
+    assert all(x == 1 for _, x, _ in marks)
+    assert len({y for _, _, y in marks}) == 2  # one above the other, both visible
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts == ["FedAvg: ✕ diverged at round 1", "FedDANE (μ=0.01): ✕ diverged at round 1"]
+
+
+def test_a_figure_of_runs_not_finite_from_round_0_blames_the_data(tmp_path, drawn):
+    """NaN data: every loss is NaN from the initial model on. Drawn, not a crash; the legend names the
+    data, not a divergence."""
+    runs = [fake_run(tmp_path, method="fedavg", losses=[math.nan] * 5),
+            fake_run(tmp_path, mu=0.01, losses=[math.nan] * 5)]
+    figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    lo, hi = ax.get_xlim()
+    assert lo <= 0 and hi >= 4
+    assert sorted(x for _, x, _ in crosses(ax)) == [0, 0]
+    texts = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert texts == ["FedAvg: ✕ not finite at round 0 (the data or the initial model)",
+                     "FedDANE (μ=0.01): ✕ not finite at round 0 (the data or the initial model)"]
 
 
 def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(tmp_path, drawn):
@@ -310,7 +357,10 @@ def test_real_diverging_runs_keep_their_curves(tmp_path, drawn):
     climbing = runs["feddane"][0]["train_loss"]
     assert climbing.max() > 10 * top and math.isfinite(climbing.iloc[-1])
     [dane] = [line for label, line in lines(ax).items() if label.startswith("FedDANE (")]
-    assert len(dane.get_ydata()) == 13 and max(dane.get_ydata()) == pytest.approx(top)  # every round, on the edge
+    drawn_y = dane.get_ydata()
+    assert len(drawn_y) == 13 and np.nanmax(drawn_y) == pytest.approx(top)  # rises to the edge
+    above = climbing.to_numpy() > top
+    assert np.isnan(drawn_y[above][1:]).all() and (drawn_y[~above] == climbing[~above]).all()  # no plateau
     assert dane.get_label().endswith(f"▲ up to {climbing.max():.3g}, ends at {climbing.iloc[-1]:.3g}")
     [authors] = [line for label, line in lines(ax).items() if label.startswith("FedDANE, authors'")]
     stop = len(runs["feddane_authors"][0]) - 1  # the round whose loss left the reals
@@ -440,3 +490,11 @@ def test_a_log_axis_within_one_decade_labels_its_data_ends():
     assert [t.get_text() for t in short.get_xticklabels()] == ["20", "40"]
     assert list(wide.get_xticks()) != [20, 4000]
     plt.close(fig)
+
+
+def test_the_successors_figure_draws_runs_not_finite_from_round_0(tmp_path, drawn):
+    """Nothing spent, nothing finite: the cost axes still get a range (min() of nothing before)."""
+    runs = [costed_run(tmp_path, m, [math.nan] * 5) for m in ("fedavg", "feddane", "scaffold")]
+    figures.successors_figure(runs, None, tmp_path / "s.pdf")
+    rounds_axes = [ax for ax in drawn[0].axes if ax.get_xlabel() == "# rounds"]
+    assert rounds_axes and all(ax.get_xlim()[0] <= 0 and ax.get_xlim()[1] >= 4 for ax in rounds_axes)

@@ -101,6 +101,14 @@ def test_num_samples_disagreeing_with_the_data_is_named(tmp_path, capsys):
     assert "num_samples says 5 but the data hold 3" in line
 
 
+def test_a_value_float32_cannot_hold_is_named_with_its_user(tmp_path, capsys):
+    """1e39 overflows float32 to inf: imported, a run on it read as the method diverging at round 0."""
+    train, test = leaf_pair(tmp_path, {"u1": ([[0.5, 1.0]] * 3, [0, 1, 0]), "u2": ([[0.5, 1.0], [2.0, 1e39]], [1, 0])},
+                            {"u1": ([[0.5, 1.0]], [1])})
+    out = tmp_path / "out" / "f.h5"
+    line = assert_refused(import_argv(train, test, out), out, capsys, train, "user u2")
+    assert line.endswith("user u2: sample 1 holds inf (as float32): every value must be finite"), line
+
 @pytest.mark.parametrize("users, bad_user, import_problem, pool_problem", [
     ({"w1": ([image(0.1)] * 2, [1, 2]), "w7": ([image(0.2)] * 2, [3, 99])}, "user w7",
      "sample 1 has label 99, outside 0..61", "label 99, outside FEMNIST's 0..61"),

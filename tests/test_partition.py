@@ -124,10 +124,13 @@ def test_the_same_seed_gives_the_same_partition(scheme):
     assert any(len(x) != len(y) or (x != y).any() for x, y in zip(a.devices, other.devices))
 
 
-def image_pool(path, samples=600, seed=0):
-    """A small dataset file of 784-pixel images and 62 classes, as FEMNIST-62, over 6 writers."""
+def image_pool(path, samples=600, seed=0, nan_at=None):
+    """A small dataset file of 784-pixel images and 62 classes, as FEMNIST-62, over 6 writers
+    (`nan_at`: a NaN pixel in that row of the train split)."""
     rng = np.random.default_rng(seed)
     x = rng.random((samples, 784), dtype=np.float32)
+    if nan_at is not None:
+        x[nan_at, 7] = np.nan
     y = rng.integers(0, 62, samples)
     train, test = np.arange(0, samples, 100), np.arange(0, samples, 100) + 90
     write_dataset(path, name="pool", kind="femnist", num_classes=62, clients=[f"w{k}" for k in range(6)],
@@ -136,6 +139,16 @@ def image_pool(path, samples=600, seed=0):
                   test_y=np.concatenate([y[t:t + 10] for t in test]), test_offsets=np.arange(0, 61, 10),
                   provenance={"generator": "test"})
     return x, y
+
+
+def test_a_pool_holding_a_nan_is_refused_naming_the_row(tmp_path):
+    """A dataset file written before the importers refused non-finite values: its NaN would be dealt on."""
+    image_pool(tmp_path / "pool.h5", nan_at=205)  # train row 185: writer 2's 6th
+    with pytest.raises(ValueError) as refused:
+        write_dirichlet(tmp_path / "pool.h5", tmp_path / "part.h5", devices=12, alpha=0.5, min_partition_size=20)
+    assert str(refused.value) == (f"{tmp_path / 'pool.h5'}: the pool's row 185 (train and test rows in turn) "
+                                  "holds nan: every value must be finite")
+    assert not (tmp_path / "part.h5").exists()
 
 
 @pytest.mark.parametrize("scheme", ["per_class", "per_device"])

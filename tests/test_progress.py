@@ -77,6 +77,14 @@ def test_a_diverging_loss_is_told_at_once(loss):
     assert len(lines) == 2 and lines[1] == f"x: round 2/50, train loss {loss} (diverged: the run stops here)"
 
 
+def test_a_non_finite_initial_loss_is_the_datas_not_a_divergence():
+    clock, out = FakeClock(), io.StringIO()
+    progress = Progress("x", total=50, every=1000, stream=out, clock=clock, live=False)
+    progress({"round": 0, "train_loss": float("nan")})
+    assert out.getvalue().splitlines() == [
+        "x: starting, 50 rounds, train loss nan (before any training: the data or the initial model are not finite; "
+        "the run stops here)"]
+
 def test_the_pace_is_compared_with_the_cost_estimate_once():
     clock, out = FakeClock(), io.StringIO()
     progress = Progress("x", total=1000, every=1e9, stream=out, clock=clock, estimate=5.0, live=False)

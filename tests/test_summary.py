@@ -158,6 +158,28 @@ def test_findings_give_each_curves_seed_spread_rank_and_whether_every_seed_agree
     assert table["rank_every_seed"].to_dict() == {"fedavg": False, "fedprox": False, "feddane": True}
 
 
+def test_findings_rank_a_run_without_a_finite_loss_after_every_finite_one(tmp_path):
+    """NaN data: FedAvg's loss is NaN from round 0, FedDANE's leaves the reals at round 2; FedProx, the
+    only finite curve, is first, and the two others tie behind it, never ahead."""
+    nan = math.nan
+    runs = [fake_run(tmp_path, method="fedavg", losses=[nan] * 5),
+            fake_run(tmp_path, method="fedprox", mu=1, losses=[3, 2, 1.5, 1, 0.8]),
+            fake_run(tmp_path, mu=0.01, losses=[3, 5, math.inf, math.inf, math.inf])]
+    table = findings(runs, fraction=0.5)
+    assert table["method"].tolist()[0] == "fedprox"
+    assert table.set_index("method")["rank"].to_dict() == {"fedprox": 1, "fedavg": 2, "feddane": 2}
+    assert table.set_index("method")["diverged_seeds"].to_dict() == {"fedprox": 0, "fedavg": 1, "feddane": 1}
+    assert (table.set_index("method").loc[["fedavg", "feddane"], "tail_train_loss"] == math.inf).all()
+
+
+def test_a_curve_whose_tail_is_nan_ranks_last():
+    """The ranking itself: NaN (no tail at all) sorts after every finite tail, as inf does."""
+    from fedsim.summary import panel_ranks
+
+    stats = pd.DataFrame({"dataset": ["d"] * 4, "tail_train_loss": [math.nan, 0.5, math.inf, 0.2]})
+    assert panel_ranks(stats, ["dataset"]).tolist() == [3, 2, 3, 1]
+
+
 def test_findings_keep_settings_apart_and_refuse_a_method_at_several_mu(tmp_path):
     runs = [fake_run(tmp_path, method="fedavg", K=k, losses=[3, 2, 1, 1]) for k in (1, 5)]
     runs += [fake_run(tmp_path, mu=0.1, K=k, losses=[3, 2, 2, float("inf")]) for k in (1, 5)]

@@ -147,6 +147,49 @@ def test_divergence_stops_cleanly_and_keeps_the_metrics(data, tmp_path):
     assert saved["result"]["diverged_round"] == stop and len(again) == stop + 1
 
 
+def nan_dataset(data, path):
+    """The tiny dataset with one NaN feature in a train row (a file from before the importers refused it)."""
+    from fedsim.data import FederatedDataset, write_dataset
+
+    with FederatedDataset(data) as ds:
+        splits = {s: ds.load(s) for s in ("train", "test")}
+        offsets = {s: np.concatenate([[0], np.cumsum(sizes)]) for s, sizes in (("train", ds.train_sizes),
+                                                                               ("test", ds.test_sizes))}
+        meta = dict(name="part_nan", kind=ds.kind, num_classes=ds.num_classes, clients=list(ds.clients))
+    x = np.array(splits["train"].x)
+    x[4, 2] = np.nan
+    write_dataset(path, **meta, train_x=x, train_y=splits["train"].y, train_offsets=offsets["train"],
+                  test_x=splits["test"].x, test_y=splits["test"].y, test_offsets=offsets["test"],
+                  provenance={"generator": "test"})
+    return str(path)
+
+
+def test_a_run_on_non_finite_data_blames_the_data_not_the_method(data, tmp_path, capsys):
+    """Round 0 is the initial model before any training: a non-finite loss there is the data's (or the
+    initial model's), never the method's divergence; a later one says the lr may be too large."""
+    from fedsim import cli
+
+    bad = nan_dataset(data, tmp_path / "part_nan.h5")
+    metrics, record = run(config(bad))
+    assert record["result"]["diverged_round"] == 0 and record["result"]["diverged_reason"] == "data"
+    assert list(metrics["round"]) == [0] and math.isnan(metrics["train_loss"].iloc[0])
+    argv = ["train", "--data", bad, "--method", "fedavg", "--rounds", "2", "--clients-per-round", "2",
+            "--metrics", str(tmp_path / "m.csv"), "--info", str(tmp_path / "run.json")]
+    assert cli.main(argv) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert last.startswith("fedavg mu=0 on part_nan: not trained: the initial model's train loss is nan: the data "
+                           "(or the initial model) hold a non-finite value, not the method"), last
+    assert "diverged" not in last
+    assert json.loads((tmp_path / "run.json").read_text())["result"]["diverged_reason"] == "data"
+    _, record = run(config(data))
+    assert record["result"]["diverged_reason"] is None
+    _, record = run(config(data, method="feddane", mu=0.0, lr=1e38, rounds=10))
+    assert record["result"]["diverged_reason"] == "training"
+    assert cli.main([*argv[:1], "--data", data, *argv[3:], "--lr", "1e38"]) == 0
+    last = capsys.readouterr().out.splitlines()[-1]
+    assert " diverged at round " in last and "(the lr, 1e+38, may be too large)" in last, last
+
+
 @pytest.mark.parametrize("field,value", [("clients_per_round", 0), ("lr", -1.0), ("selection", "random"),
                                          ("method", "fedsgd"), ("mu", float("nan")), ("load", "disk"),
                                          ("eval_devices", 0)])

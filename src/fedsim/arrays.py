@@ -2,7 +2,7 @@
 
 The .npz holds
     x       n samples: n x d features, or n x C x H x W images (any numeric dtype, stored as float32)
-    y       n integer labels, 0 .. classes - 1
+    y       n integer labels, 0 .. classes - 1 (classes: given, else the largest label + 1)
     device  optional: n integer device ids (a federated dataset, one device per id, in id order)
     test    optional: n booleans, the test rows (else each device's rows are split by LEAF's rule,
             `train_fraction`, seeded)
@@ -10,7 +10,9 @@ The .npz holds
 Without device ids the file is a pool: all its rows as one device, for a `kind: dirichlet` entry to
 deal among devices by label. Its samples, features or images, decide the models it can train
 (fedsim.specs.FILE_KINDS). `describe()` reads only the arrays' headers, so the config check knows the
-samples and whether there are device ids before anything is built. numpy only.
+samples and whether there are device ids before anything is built. The import refuses a non-finite
+value in x (NaN, inf: a run on it would read as the method diverging at round 0) and a label outside
+0 .. classes - 1, naming the file, the array and the first bad row, before it writes anything. numpy only.
 """
 
 from __future__ import annotations
@@ -36,6 +38,27 @@ def pool_refusal(path, provenance: dict) -> str | None:
     return (f"{path} is a pool (an .npz imported without `device` ids: all its rows one device); deal it to "
             f"devices first, `fedsim partition-dirichlet --pool {path} --devices N --alpha A --out partition.h5` "
             "(from Python: fedsim.partition_dirichlet), and train on that")
+
+
+CHECK_ROWS = 4096  # rows of x tested for finiteness at a time: a bounded mask beside a large image array
+
+
+def first_non_finite_row(x: np.ndarray) -> int | None:
+    """The first row of `x` (n x ...) holding a NaN or an infinity; None if every value is finite."""
+    if x.dtype.kind not in "fc":
+        return None  # integers are finite
+    for start in range(0, len(x), CHECK_ROWS):
+        block = x[start:start + CHECK_ROWS].reshape(min(CHECK_ROWS, len(x) - start), -1)
+        bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
+        if len(bad):
+            return start + int(bad[0])
+    return None
+
+
+def non_finite_text(x: np.ndarray, row: int) -> str:
+    """`row holds nan` (the row's first non-finite value)."""
+    values = x[row].ravel()
+    return f"row {row} holds {values[~np.isfinite(values)][0]}"
 
 
 def _headers(path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -93,8 +116,9 @@ def describe(path) -> dict:
             "devices": "device" in arrays, "test": "test" in arrays}
 
 
-def import_arrays(npz, out_path, *, name, train_fraction=0.9, seed=0) -> dict:
-    """Write the .npz `npz` as a dataset file; returns its provenance."""
+def import_arrays(npz, out_path, *, name, train_fraction=0.9, seed=0, classes=None) -> dict:
+    """Write the .npz `npz` as a dataset file; returns its provenance. `classes`: the label count (default:
+    the largest label + 1)."""
     from .leaf.common import write_partition
     from .partition import split_devices
 
@@ -103,8 +127,14 @@ def import_arrays(npz, out_path, *, name, train_fraction=0.9, seed=0) -> dict:
         x, y = f["x"].astype(np.float32, copy=False), f["y"].astype(np.int64)
         device = f["device"] if about["devices"] else np.zeros(len(y), np.int64)
         test = f["test"] if about["test"] else None
-    if y.min(initial=0) < 0:
-        raise ValueError(f"{npz}: `y` holds the label {int(y.min())}: labels are 0 .. classes - 1")
+    bad = first_non_finite_row(x)
+    if bad is not None:
+        raise ValueError(f"{npz}: `x` {non_finite_text(x, bad)}: every value must be finite")
+    outside = (y < 0) | (y >= classes) if classes is not None else y < 0
+    if outside.any():
+        bad = int(np.argmax(outside))
+        raise ValueError(f"{npz}: `y` row {bad} holds the label {int(y[bad])}: labels are 0 .. classes - 1"
+                         + (f" (classes {classes})" if classes is not None else ""))
     ids, device_of = np.unique(device, return_inverse=True)
     members = [np.flatnonzero(device_of == k) for k in range(len(ids))]
     if test is not None:
@@ -117,7 +147,7 @@ def import_arrays(npz, out_path, *, name, train_fraction=0.9, seed=0) -> dict:
                       test_rows="the file's `test`" if test is not None else
                       f"each device's split by LEAF's rule (train_fraction {train_fraction}, seed {seed})")
     kind = "features" if about["samples"] == FEATURES else "images"
-    write_partition(out_path, name=name, kind=kind, num_classes=int(y.max(initial=0)) + 1,
+    write_partition(out_path, name=name, kind=kind, num_classes=classes or int(y.max(initial=0)) + 1,
                     clients=[str(i) for i in ids] if about["devices"] else ["pool"], parts=parts,
                     rows_of=lambda k: (x, y), feature_shape=x.shape[1:], x_dtype=np.float32, provenance=provenance)
     return provenance

@@ -230,7 +230,8 @@ def _import_arrays(args) -> None:
     from .arrays import import_arrays
     from .data import FederatedDataset
 
-    prov = import_arrays(args.npz, args.out, name=args.name, train_fraction=args.train_fraction, seed=args.seed)
+    prov = import_arrays(args.npz, args.out, name=args.name, train_fraction=args.train_fraction, seed=args.seed,
+                         classes=args.classes)
     with FederatedDataset(args.out) as dataset:
         print(f"{args.name}: {prov['rows']} rows of {args.npz}, {dataset.num_devices} device(s) ({prov['devices']}), "
               f"{dataset.kind} {tuple(dataset.feature_shape)}, {dataset.num_classes} classes; "
@@ -306,9 +307,23 @@ def _train(args) -> None:
     if checkpoint is not None:
         checkpoint.remove()  # only now: the outputs it stood in for are complete
     result = record["result"]
-    status = f"diverged at round {result['diverged_round']}" if result["diverged_round"] is not None else "done"
+    status = run_status(result, record["config"]["lr"])
     print(f"{variant_of(record['config'])} {describe_setting(record['config'])} on {record['dataset']['name']}: {status}, "
           f"final train loss {result['final_train_loss']:.4f}, {result['wall_seconds']:.1f} s")
+
+
+def run_status(result: dict, lr: float) -> str:
+    """How a run ended, for the CLI's last line: a non-finite loss at round 0 (before any training) is the
+    data's or the initial model's, not the method's (fedsim.train.DIVERGED_REASONS)."""
+    reason = result.get("diverged_reason")
+    if result["diverged_round"] is None:
+        return "done"
+    if reason == "data":
+        return (f"not trained: the initial model's train loss is {result['final_train_loss']}: the data (or the "
+                "initial model) hold a non-finite value, not the method")
+    if reason == "initial_model":
+        return "not trained: the initial model's weights are not finite (its init file), not the method"
+    return f"diverged at round {result['diverged_round']} (the lr, {lr:g}, may be too large)"
 
 
 def _kept(checkpoint, stopped) -> str:
@@ -517,6 +532,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without `test`: each device's share of train rows, LEAF's per-user split "
                         f"(default: {PARTITION['train_fraction']})")
     p.add_argument("--seed", type=INDEX, default=PARTITION["seed"])
+    p.add_argument("--classes", type=COUNT, help="number of classes: labels 0 .. classes - 1 (default: largest label + 1)")
     p.add_argument("--name", default="arrays")
     p.add_argument("--out", required=True)
     p.set_defaults(func=_import_arrays)

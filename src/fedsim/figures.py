@@ -1,10 +1,13 @@
 """The paper's figures, drawn from run records.
 
 Each curve is the mean over the seeds of a setting, with a min-max band when there are
-several; a run that diverged ends in a cross at the round where its loss left the reals.
-A curve that leaves the plotted range (a diverging FedDANE) runs along the top edge from a
-triangle on, and its legend entry says how high it went and where it ended, instead of squashing
-the other curves or vanishing. Each method has its own dash pattern, so curves that coincide stay
+several; a run that diverged ends in a cross at the round where its loss left the reals (on the top
+edge: a NaN has no height; crosses at one spot stack downwards, so none hides another), and its legend
+entry says so (a loss not finite at round 0, before any training, is the data's or the initial
+model's). A curve that leaves the plotted range (a diverging FedDANE) rises to the top edge at a
+triangle and is not drawn until it comes back (a stretch along the edge would read as a plateau); its
+legend entry says how high it went and where it ended, instead of squashing the other curves. A round
+axis spans the planned rounds, however early the runs stopped. Each method has its own dash pattern, so curves that coincide stay
 two. A panel's legend sits below it, never over a curve: heterogeneous panels have no empty
 corner (FedDANE oscillates across the whole range).
 """
@@ -96,15 +99,53 @@ def _curve(ax, runs, column: str, label: str, color: str, x: str = "round", line
     style = dict(lw=4, alpha=0.45, zorder=1) if reference else dict(lw=1.4)
     if len(xs) == 1:  # one point (a 1-round run on a log axis, round 0 left out): a line would not show
         style.update(marker="o", ms=5)
-    (line,) = ax.plot(xs, mean.to_numpy(), color=color, label=label, ls=linestyle, **style)
+    mean = mean.where(np.isfinite(mean))  # a NaN or inf is not drawn: the run's cross marks it
+    (line,) = ax.plot(xs, mean.to_numpy(), color=color, label=label + diverged_text(runs), ls=linestyle, **style)
     if len(frames) > 1 and not reference:
         ax.fill_between(xs, table.min(axis=1), table.max(axis=1), color=color, alpha=0.25, lw=0)
+    marks = set()
     for metrics, record in runs:
-        if record["result"]["diverged_round"] is not None:
-            finite = metrics[np.isfinite(metrics[column])]
-            if len(finite):
-                ax.plot(finite[x].iloc[-1], finite[column].iloc[-1], "x", color=color, ms=8)
+        stop = record["result"]["diverged_round"]
+        if stop is None or stop not in set(metrics["round"]):
+            continue
+        row = metrics[metrics["round"] == stop].iloc[-1]  # the first evaluation that left the reals
+        if log_x and not row[x] > 0:
+            continue
+        marks.add((float(row[x]), float(row[column]) if np.isfinite(row[column]) else None))
+    for at, value in sorted(marks, key=lambda m: (m[0], m[1] is None, m[1] or 0)):
+        _cross(ax, at, value, color)
     return line
+
+
+CROSS_STEP_PT = 7  # crosses at one spot (runs diverged at one round) stack this far apart
+
+
+def _cross(ax, at: float, value: float | None, color: str) -> None:
+    """A diverged run's cross at x `at`: at its `value` where the metric is still finite there (accuracy),
+    else on the top edge (a loss of NaN or inf has no height); a cross already at that spot pushes this one
+    down, so that every curve's cross stays visible."""
+    taken = ax.__dict__.setdefault("_fedsim_crosses", {})
+    key = (at, value)
+    shift = taken.get(key, 0)
+    taken[key] = shift + 1
+    base = ax.transData if value is not None else transforms.blended_transform_factory(ax.transData, ax.transAxes)
+    where = transforms.offset_copy(base, fig=ax.figure, y=-CROSS_STEP_PT * shift, units="points")
+    ax.plot([at], [1.0 if value is None else value], "x", color=color, ms=8, mew=1.6, transform=where,
+            clip_on=False, zorder=4)
+
+
+def diverged_text(runs) -> str:
+    """A curve's legend note where some of its runs stopped on a non-finite loss: the round(s), and at
+    round 0 (before any training) the data or the initial model as the cause, not the method."""
+    stops = [record["result"]["diverged_round"] for _, record in runs]
+    rounds = sorted({r for r in stops if r is not None})
+    if not rounds:
+        return ""
+    count = sum(r is not None for r in stops)
+    seeds = f" ({count} of {len(stops)} seeds)" if count < len(stops) else ""
+    if rounds == [0]:
+        return f": ✕ not finite at round 0 (the data or the initial model){seeds}"
+    return f": ✕ diverged at round{'s' if len(rounds) > 1 else ''} {', '.join(map(str, rounds))}{seeds}"
 
 
 def _tuned_mu(tuned: pd.DataFrame | None, key: tuple, method: str) -> tuple[float, float | None] | None:
@@ -151,9 +192,10 @@ def _method_runs(runs, method: str, tuned: pd.DataFrame | None):
 
 def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | None:
     """Loss: from 0 to a little above the initial loss and the baselines (FedAvg, FedProx), or to
-    `top`, so a diverging FedDANE cannot squash them; a curve above the range runs along the top edge
-    (so it never vanishes), a triangle marks where it left, and its legend entry says how high it
-    went and where it ended. Accuracy: 0 to 1. Returns the loss range's top."""
+    `top`, so a diverging FedDANE cannot squash them; a curve above the range rises to the top edge at
+    a triangle, is not drawn while above (along the edge it would read as a plateau) and comes down from
+    the edge where it returns; its legend entry says how high it went and where it ended. Accuracy: 0
+    to 1. Returns the loss range's top."""
     if not metric.endswith("loss"):
         ax.set_ylim(0, 1)
         return None
@@ -161,20 +203,40 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
     top = top or _top_of(ys)
     ax.set_ylim(0, top)
     for method, y in ys.items():
-        if not (y > top).any():
+        above = np.isfinite(y) & (y > top)  # a NaN or inf is a divergence: its cross says so
+        if not above.any():
             continue
-        ax.plot(lines[method].get_xdata()[np.argmax(y > top)], top, "^", color=COLORS[method], ms=7, clip_on=False)
+        xs = np.asarray(lines[method].get_xdata())
+        leaves = above & ~np.r_[False, above[:-1]]  # the first point of each stretch above the range
+        ax.plot(xs[leaves], np.full(leaves.sum(), top), "^", color=COLORS[method], ms=7, ls="none", clip_on=False)
         finite = y[np.isfinite(y)]
-        lines[method].set_ydata(np.minimum(y, top))
-        lines[method].set_clip_on(False)  # the clipped stretch lies on the top edge itself
-        lines[method].set_label(f"{lines[method].get_label()}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}")
+        # the curve rises to the edge where it leaves; the rest of the stretch is not drawn, and where the
+        # curve returns it starts afresh
+        lines[method].set_ydata(np.where(leaves, top, np.where(above, np.nan, y)))
+        lines[method].set_clip_on(False)  # the rise ends on the top edge itself
+        lines[method].set_label(f"{lines[method].get_label()}; ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}"
+                                if ": ✕" in lines[method].get_label() else
+                                f"{lines[method].get_label()}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}")
     return top
+
+
+def _span_rounds(ax, runs, x: str, log_x: bool) -> None:
+    """A round axis spans 0 .. the planned rounds, however early every run stopped (a lone point at round
+    0 would otherwise get an axis of -0.04 to 0.04); another linear axis holding one value, at least 1 wide."""
+    if log_x:
+        return
+    lo, hi = ax.get_xlim()
+    if x == "round":
+        ax.set_xlim(min(lo, 0), max(hi, max(record["config"]["rounds"] for _, record in runs)))
+    elif hi - lo < 1:
+        ax.set_xlim(min(lo, 0), max(hi, min(lo, 0) + 1))
 
 
 def _top_of(ys: dict) -> float:
     """A loss range's top: a little above the curves' first values and the baselines' highest."""
-    base = [y[0] for y in ys.values()] + [np.nanmax(y) for m, y in ys.items() if m in BASELINES]
-    return 1.15 * max(v for v in base if np.isfinite(v))
+    base = [y[0] for y in ys.values() if len(y)] + [v for m, y in ys.items() if m in BASELINES for v in y]
+    finite = [v for v in base if np.isfinite(v)] or [v for y in ys.values() for v in y if np.isfinite(v)]
+    return 1.15 * max(finite) if finite and max(finite) > 0 else 1.0  # no finite loss at all: any range
 
 
 def curve_label(method: str, record: dict, panel_k=None, show_lr: bool = False) -> str:
@@ -205,6 +267,7 @@ def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=No
     else:  # every x axis counts something (rounds, vectors, gradients): no tick at 2.5 rounds
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
     top = _y_range(ax, lines, metric, y_top)
+    _span_rounds(ax, runs, x, log_x)
     if not legend:
         return top
     # below the panel, under its x label: inside, it would cover the curves of an oscillating FedDANE
@@ -396,9 +459,15 @@ def _loss_top(curves: dict, metric: str) -> float | None:
 
 
 def _x_range(runs, x: str, log: bool) -> tuple[float, float]:
-    """The range of `x` over a dataset's runs (on a log axis: its positive part), with a margin."""
+    """The range of `x` over a dataset's runs (on a log axis: its positive part), with a margin; rounds span
+    0 .. the planned rounds however early the runs stopped, and runs that stopped at round 0 (nothing spent)
+    get 1 .. 10 on a log axis."""
     values = pd.concat([m[x] for m, _ in runs]).to_numpy(dtype=float)
     values = values[np.isfinite(values) & (values > 0 if log else True)]
+    if x == "round" and not log:
+        values = np.r_[values, 0, max(r["config"]["rounds"] for _, r in runs)]
+    if not len(values):
+        values = np.array([1.0, 10.0])
     lo, hi = values.min(), values.max()
     return (lo / 1.3, hi * 1.3) if log else (lo - 0.02 * (hi - lo), hi + 0.02 * (hi - lo))
 

@@ -202,6 +202,7 @@ def write_dirichlet(pool_path, out_path, *, devices, alpha, name=None, scheme=DE
         raise ValueError(f"repeats: expected one of {', '.join(REPEATS)}, got {repeats!r}")
     from .data import FederatedDataset  # here: the config check reads DEFAULTS without h5py
     from .leaf.common import write_partition
+    from .arrays import first_non_finite_row
 
     with FederatedDataset(pool_path) as pool:
         if pool.kind == "sent140":
@@ -211,6 +212,10 @@ def write_dirichlet(pool_path, out_path, *, devices, alpha, name=None, scheme=DE
                        min_partition_size=min_partition_size, max_retries=max_retries)  # before reading rows
         x, y = (np.concatenate(a) for a in zip(*((d.x, d.y) for d in map(pool.load, ("train", "test")))))
         rows = len(y)
+        bad = first_non_finite_row(x)  # a file written before the importers refused them
+        if bad is not None:
+            raise ValueError(f"{pool_path}: the pool's row {bad} (train and test rows in turn) holds "
+                             f"{x[bad][~np.isfinite(x[bad])][0]}: every value must be finite")
         if repeats == "drop":
             x, y = (a[first_rows(x)] for a in (x, y))
             check_settings(len(y), devices, alpha, scheme=scheme, min_partition_size=min_partition_size,

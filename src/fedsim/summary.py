@@ -166,8 +166,8 @@ def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False
                                                                                   ("_max", "max"))
            if c in TAIL_COLUMNS or s == ""},
         diverged_seeds=("diverged_round", "count")).reset_index()
-    stats["rank"] = stats.groupby(panel)["tail_train_loss"].rank(method="min").astype(int)
-    per_seed = runs.assign(rank=runs.groupby([*panel, "seed"])["tail_train_loss"].rank(method="min"))
+    stats["rank"] = panel_ranks(stats, panel)
+    per_seed = runs.assign(rank=panel_ranks(runs, [*panel, "seed"]))
     stable = per_seed.groupby(curve, sort=False)["rank"].nunique().eq(1).rename("rank_every_seed").reset_index()
     stats = stats.merge(stable, on=curve)
     stats["label"] = stats["method"].map(LABELS)
@@ -179,6 +179,14 @@ def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False
                "tuned", "grid_edge", "lr_edge", "seeds", *stats.columns[len(curve) + 1:-4]]
     return stats[columns].sort_values(["dataset", *([] if across_k else ["clients_per_round"]), "epochs", "rank"],
                                       kind="stable")
+
+
+def panel_ranks(frame: pd.DataFrame, panel: list[str]) -> pd.Series:
+    """Each row's rank within its panel by tail_train_loss (1 = lowest, ties share the lower rank). A tail
+    that is not finite (a diverged run: inf; NaN, no tail at all) ranks after every finite one, never
+    ahead (pandas would leave NaN unranked)."""
+    tails = frame["tail_train_loss"].astype(float).fillna(math.inf)
+    return tails.groupby([frame[c] for c in panel]).rank(method="min").astype(int)
 
 
 def _setting_tuned(variant: str) -> bool:

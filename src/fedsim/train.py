@@ -17,7 +17,8 @@ Protocol (the reference code's, with the paper's text as options):
   compounding mini-batch shuffle: fedsim.authors); `init` loads an initial model from a file;
 - metrics row t describes the global model after t rounds (row 0: the initial model);
 - a non-finite training loss or weight ends the run at that round: the run is recorded as
-  diverged there, with every metric so far;
+  diverged there, with every metric so far, and why (`diverged_reason`): at round 0, before any
+  training, the data (or the initial model) are at fault, not the method (DIVERGED_REASONS);
 - `theory: true` adds Theorem 1's constants to every round's metrics (fedsim.theory measures them).
 
 The settings themselves (RunConfig: each field's meaning, range and role) are declared in
@@ -349,7 +350,8 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
         data = RunData(config, dataset)
         clock = {"local_sgd": 0.0, "evaluation": 0.0}
         try:
-            rows, diverged_round, resumed = _train(config, data, on_round, on_resume, checkpoint, stop, clock)
+            rows, diverged_round, resumed, initial_finite = _train(config, data, on_round, on_resume, checkpoint,
+                                                                   stop, clock)
         finally:
             data.close()  # before the file closes
         dataset_record = {"name": dataset.name, "kind": dataset.kind, "devices": dataset.num_devices,
@@ -374,6 +376,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
             "final_train_acc": float(last["train_acc"]),
             "final_test_acc": float(last["test_acc"]),
             "diverged_round": diverged_round,
+            "diverged_reason": diverged_reason(diverged_round, initial_finite),
             "wall_seconds": round(time.perf_counter() - started, 3),
             # where the wall time went (the rest: loading, selection, plans, server updates, writing)
             "local_sgd_seconds": round(clock["local_sgd"], 3),
@@ -385,6 +388,24 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
     return metrics, record
 
 
+# result.diverged_reason: why a run stopped on a non-finite loss or weight (null: it did not)
+DIVERGED_REASONS = {
+    "data": "round 0: the initial model's weights are finite, its train loss is not: the data hold a non-finite "
+            "value (or the initial model overflows on them)",
+    "initial_model": "round 0: the initial model's weights are not finite (its init file)",
+    "training": "a later round: the training left the reals (the lr may be too large)",
+}
+
+
+def diverged_reason(diverged_round: int | None, initial_finite: bool) -> str | None:
+    """The key of DIVERGED_REASONS for a run that stopped at `diverged_round` (None: it did not)."""
+    if diverged_round is None:
+        return None
+    if diverged_round > 0:
+        return "training"
+    return "data" if initial_finite else "initial_model"
+
+
 def _init_record(config: RunConfig) -> dict:
     if config.init is None:
         return {"source": "fedsim", "seed": config.seed}
@@ -393,10 +414,10 @@ def _init_record(config: RunConfig) -> dict:
 
 
 def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, stop,
-           clock: dict) -> tuple[list[dict], int | None, int | None]:
-    """The rounds: metrics rows from the initial model on, the round it diverged (or None), and
-    the round it resumed from (or None). Adds the seconds spent in local SGD and in evaluation to
-    `clock`."""
+           clock: dict) -> tuple[list[dict], int | None, int | None, bool]:
+    """The rounds: metrics rows from the initial model on, the round it diverged (or None), the
+    round it resumed from (or None), and whether the initial model's weights were finite (True on a
+    resumed run). Adds the seconds spent in local SGD and in evaluation to `clock`."""
     device, dtype, model = data.device, data.dtype, data.model
     method, local_sgd = get_method(config.method), ENGINES[config.engine]
     settings = SGDSettings(config.lr, config.epochs, config.batch_size, config.seed)
@@ -483,9 +504,9 @@ def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, st
             if on_round is not None:
                 on_round(rows[-1])
             if not (finite and math.isfinite(rows[-1]["train_loss"])):
-                return rows, t, (start or None)
+                return rows, t, (start or None), finite or t > 0
         if t == config.rounds:
-            return rows, None, (start or None)
+            return rows, None, (start or None), True
         if config.rng == "authors":
             settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
         gradient_devices, solvers = devices_of(t)
@@ -520,7 +541,7 @@ def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, st
         state.update({f"method.{k}": v for k, v in method_state.items()})
         if "epochs_done" in state:  # uniform selection: no device twice in a round
             state["epochs_done"][torch.from_numpy(solvers)] += config.epochs
-    return rows, None, (start or None)
+    return rows, None, (start or None), True
 
 
 def all_finite(params: torch.Tensor) -> bool:

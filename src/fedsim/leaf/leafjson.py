@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..arrays import first_non_finite_row
 from .common import natural_key, read_member, write_partition
 
 try:  # faster on LEAF's big float lists; plain json otherwise
@@ -178,6 +179,10 @@ def _convert_user(kind, num_classes, user, xs, ys, files):
     naming the user's files and the user."""
     try:
         x, y = _convert(kind, xs, ys)
+        bad = first_non_finite_row(x)  # a NaN, or a number float32 cannot hold: a run would read it as divergence
+        if bad is not None:
+            raise ValueError(f"sample {bad} holds {x[bad][~np.isfinite(x[bad])][0]} (as float32): every value "
+                             "must be finite")
         classes = num_classes or {"femnist": 62}.get(kind)
         if classes is not None and len(y) and (y.min() < 0 or y.max() >= classes):
             i = np.flatnonzero((y < 0) | (y >= classes))[0]

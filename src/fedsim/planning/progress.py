@@ -68,6 +68,8 @@ class Progress:
                 self.start_round, self.resumed = round_, round_ > 0
             start = f"resumed from its checkpoint at round {self.start_round}" if self.resumed else "starting"
             at = f" at round {round_}" if round_ != self.start_round else ""  # metrics every few rounds
+            if not math.isfinite(loss) and round_ == 0:  # no training yet: not the method's divergence
+                at += " (before any training: the data or the initial model are not finite; the run stops here)"
             self._write(f"{self.label}: {start}, {self.total} rounds, train loss {loss:.4f}{at}", now, final=True)
             return
         if not math.isfinite(loss):
