@@ -188,6 +188,42 @@ def command_line_types(value):
         return typed if isinstance(typed, (bool, int, float)) or typed is None else value
     return value
 
+CONFIGFILE_FLAGS = ("--configfile", "--configfiles")
+
+
+def configfiles_after_the_first(argv) -> list[str]:
+    """The paths a `--configfile` flag in `argv` takes after its first: `--configfile my.yaml
+    results/x/run.json` takes both (the flag takes every word up to the next option), so a target
+    written after it lands here; `--configfile=my.yaml` takes that one file only."""
+    after, taken = [], None  # taken: how many words the current flag took, None outside one
+    for word in argv[1:]:
+        if word in CONFIGFILE_FLAGS:
+            taken = 0
+        elif taken is None or word.startswith("-"):
+            taken = None
+        else:
+            if taken:
+                after.append(word)
+            taken += 1
+    return after
+
+
+def target_read_as_config(argv, schema: dict, load) -> str | None:
+    """One line where a word after a `--configfile`'s first file was a target, not a config file:
+    Snakemake read it as a config (`load(path)`: what it made of it) and it has none of the config's
+    keys; None otherwise. (A target Snakemake cannot read as JSON or YAML, an image or a file not made
+    yet, stops Snakemake with its own traceback before the workflow runs: docs/workflow.md.)"""
+    for path in configfiles_after_the_first(argv):
+        try:
+            read = load(path)
+        except Exception:  # noqa: BLE001 - not readable here: Snakemake's to report, as it did
+            continue
+        if isinstance(read, dict) and read and not set(read) & set(schema["properties"]):
+            return (f"{path} was read as a config file (it has no config key): --configfile takes every path "
+                    f"after it; put targets first (snakemake TARGET --configfile FILE) or write --configfile=FILE")
+    return None
+
+
 # ---------------------------------------------------------------------------------------
 # The schema's errors, explained in one line
 # ---------------------------------------------------------------------------------------
