@@ -20,8 +20,8 @@ from pathlib import Path
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
 from fedsim import atomic  # noqa: E402
 from fedsim.planning import cost, experiments, jobs, kinds  # noqa: E402
-from fedsim.planning.configcheck import (built_samples, check_config, check_partition_pools, command_line_types,  # noqa: E402
-                               load_schema, target_read_as_config)
+from fedsim.planning.configcheck import (check_config, check_partition_pools, command_line_types,  # noqa: E402
+                               load_schema, pool_samples, target_read_as_config)
 from fedsim.planning.experiments import ConfigError, as_list, fmt  # noqa: E402
 from fedsim.planning.kinds import BUILT_KINDS  # noqa: E402
 from fedsim.specs import model_specs  # noqa: E402
@@ -250,10 +250,15 @@ def dataset_inputs(dataset):
             for name, items in kinds.inputs(config, dataset).items()}
 
 
-try:  # a partition its built pool cannot hold: one line now, not a failed job later
-    check_partition_pools(config, lambda name: built_samples(dataset_path(name)))
-except ConfigError as err:
-    sys.exit(str(err))
+# A partition its pool cannot hold (the pool built, or an .npz whose header tells its rows): one line
+# now, not a failed job later. In the main process only: a job's own process (a `run:` rule's, a
+# cluster job's) reads this file again, maybe after this call built the pool, and stopping there
+# fails that job without its log; the partition's own job refuses the pool in its log.
+if workflow.is_main_process:
+    try:
+        check_partition_pools(config, lambda name: pool_samples(config, name, dataset_path(name)))
+    except ConfigError as err:
+        sys.exit(str(err))
 
 
 def known_tuning():

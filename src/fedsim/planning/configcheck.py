@@ -154,6 +154,21 @@ def built_samples(path) -> int | None:
     return int(sizes.train.sum() + sizes.test.sum())
 
 
+def pool_samples(cfg: dict, name, path) -> int | None:
+    """A pool's samples where known before its partition's build: its built file's (at `path`), else
+    an `arrays` pool's .npz rows (its header); else None. Each counts every row, repeated ones too (the
+    partition drops those): fewer samples fail every check of fedsim.partition.check_settings that
+    these fail, so a refusal from either is sure."""
+    samples = built_samples(path)
+    entry = cfg["datasets"][name]
+    if samples is None and entry["kind"] == "arrays":
+        try:
+            samples = describe_arrays(entry["npz"])["rows"]
+        except ValueError:
+            return None  # the config check names the file's problem
+    return samples
+
+
 def check_partition_pools(cfg: dict, pool_samples) -> None:
     """Each Dirichlet partition some experiment runs against its pool's sample count, where
     `pool_samples(name)` knows it (the pool's file is built; else None: built_samples of its path):
@@ -336,8 +351,8 @@ def _check_results_dir(cfg, project_dir) -> None:
 
 def _check_pool(cfg, name, entry) -> None:
     """A Dirichlet partition's pool is another dataset of the config, of a kind it can pool. (Its
-    alpha > 0 is the schema's; devices against the pool's samples are checked when the partition is
-    built, its first job, before any training of it: the pool's size is known only then.)"""
+    alpha > 0 is the schema's; devices against the pool's samples: check_partition_pools, where they
+    are known before the build (pool_samples), else the partition's build, its first job.)"""
     where, pool = ["datasets", name, "pool"], entry["pool"]
     if pool not in cfg["datasets"]:
         raise ConfigError(where, f"unknown dataset {pool!r} (defined under datasets: {', '.join(cfg['datasets'])})")
