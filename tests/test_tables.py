@@ -67,3 +67,16 @@ def test_the_commit_is_the_checkouts_and_says_where_it_differs(tmp_path):
     assert checkout_commit(tmp_path) == head
     (tmp_path / "a.txt").write_text("2")
     assert checkout_commit(tmp_path) == f"{head} with local changes"
+
+
+def test_the_tables_go_to_the_screen_without_out_or_with_a_dash(tmp_path, capsys, monkeypatch):
+    """`fedsim tables --findings F` prints them; `--out -` too, and writes no file named `-`."""
+    text = rendered(tmp_path, [fake_run(tmp_path, method="fedavg", seed=0, losses=[3, 2, 1.0])])
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    given = ["tables", "--findings", "findings.csv", "--commit", "abc1234", "--config", "config/x.yaml",
+             "--source", "results/summary/findings_x.csv"]
+    for out in ([], ["--out", "-"]):
+        assert cli.main(given + out) == 0
+        assert capsys.readouterr().out == text
+    assert not (tmp_path / "-").exists()
