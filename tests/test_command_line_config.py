@@ -32,7 +32,8 @@ def test_lists_and_text_stay_as_a_file_would_read_them():
 
 def test_the_paths_a_configfile_flag_takes_after_its_first():
     """Where a target written after `--configfile FILE` lands (workflow/rules/common.smk says so)."""
-    assert configfiles_after_the_first(["snakemake", "--cores", "2", "--configfile", "my.yaml", "out/a.png"]) == ["out/a.png"]
+    assert configfiles_after_the_first(["snakemake", "--cores", "2", "--configfile", "my.yaml", "out/a.png"]) == [
+        "out/a.png"]
     assert configfiles_after_the_first(["snakemake", "--configfile=my.yaml", "out/a.png"]) == []
     assert configfiles_after_the_first(["snakemake", "--configfile", "a.yaml", "-n", "out/a.png"]) == []
     assert configfiles_after_the_first(["snakemake", "--configfiles", "a.yaml", "b.yaml", "c.json", "--cores", "1",
