@@ -200,3 +200,42 @@ def test_a_pool_is_refused_by_train_and_fedsim_run_naming_the_partition_to_make(
     import_arrays(tmp_path / "fed.npz", tmp_path / "fed.h5", name="fed")
     argv[2] = str(tmp_path / "fed.h5")
     assert cli.main(argv) == 0
+
+
+@pytest.mark.workflow
+def test_more_devices_than_an_unbuilt_pool_holds_is_the_only_error(tmp_path):
+    """devices: 1000 for a 120-row .npz pool, nothing built yet: the .npz's header tells its rows, so
+    Snakemake stops before any job with the one line (it used to build the pool, fail the partition,
+    and fail the plan job too, whose own process stopped at the same check before writing its log)."""
+    workdir = copy_workflow(tmp_path / "wf")
+    x, y = images()
+    np.savez(tmp_path / "pool.npz", x=x, y=y)
+    cfg = arrays_config(tmp_path / "pool.npz")
+    cfg["datasets"]["dir"]["devices"] = 1000
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--cores", "2")
+    errors = [line for line in out.splitlines() if "error" in line.lower()]
+    assert code != 0 and errors == ["Config error at datasets.dir: devices: 1000 devices, but the pool holds only "
+                                    "120 samples (the pool pool)"], out
+    assert not (workdir / "results" / "datasets").exists()
+
+
+@pytest.mark.workflow
+def test_a_jobs_own_process_leaves_the_pool_check_to_the_main_one(tmp_path):
+    """A `run:` job (the plan) runs in a process of its own that reads the Snakefile again, maybe after
+    the same call built the pool: the pool check is the main process's, so that job runs and writes
+    its log (it used to stop at the check: `Error in rule plan ... Logfile ... not found`)."""
+    workdir = copy_workflow(tmp_path / "wf")
+    x, y = images()
+    np.savez(tmp_path / "pool.npz", x=x, y=y)
+    cfg = arrays_config(tmp_path / "pool.npz")
+    write_config(workdir, cfg)
+    code, out = snakemake(workdir, "--cores", "1", "results/datasets/pool.h5")
+    assert code == 0, out
+    cfg["datasets"]["dir"]["devices"] = 1000  # what the built pool cannot hold
+    write_config(workdir, cfg)
+    # the plan job as Snakemake's local executor spawns it (its --mode subprocess)
+    code, out = snakemake(workdir, "--cores", "1", "--target-jobs", "plan:", "--allowed-rules", "plan", "--force",
+                          "--mode", "subprocess")
+    assert code == 0 and "Config error" not in out, out
+    assert (workdir / "results/logs/plan/planned_runs.log").read_text() == "1 runs planned before tuning\n"

@@ -1,10 +1,13 @@
 """pytest tests the checkout it runs in: its src/ comes before any fedsim installed from another
 checkout (pyproject.toml's `pythonpath`), as the workflow runs its own (tests/test_workflow.py)."""
 
+import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,3 +57,25 @@ def test_pytest_in_a_second_checkout_tests_that_checkouts_code(tmp_path):
     assert len(lines) == len(pyproject.splitlines()) - 1
     done = pytest_in(clone_with_a_method_of_its_own(tmp_path / "without", "\n".join(lines) + "\n"))
     assert done.returncode != 0, done.stdout
+
+
+def requirement_name(requirement: str) -> str:
+    """A requirement's distribution name, normalised (PEP 503): "Jinja2>=3; extra == 'x'" -> "jinja2"."""
+    return re.sub(r"[-_.]+", "-", re.match(r"\s*([A-Za-z0-9._-]+)", requirement).group(1)).lower()
+
+
+def test_the_install_has_what_snakemakes_report_needs():
+    """`snakemake --report` after the README's install (`pip install torch==... -e .`): every package
+    Snakemake's report refuses without ("Python package X must be installed to create reports") is
+    installed by Snakemake itself or by fedsim's own dependencies (not only by an extra: pytest's pulls
+    pygments in, which is why the report tests in test_workflow.py pass where the README's install fails)."""
+    import snakemake.report
+
+    needed = set()
+    for source in Path(snakemake.report.__file__).parent.rglob("*.py"):
+        needed |= {name.lower() for name in
+                   re.findall(r"Python package (\S+) must be installed to create reports", source.read_text())}
+    assert "pygments" in needed  # the search finds what it looks for
+    snakemakes = {requirement_name(r) for r in importlib.metadata.requires("snakemake") or () if "extra ==" not in r}
+    ours = {requirement_name(r) for r in tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]}
+    assert needed <= snakemakes | ours, f"the report needs {sorted(needed - snakemakes - ours)}, which the install lacks"

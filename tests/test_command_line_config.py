@@ -4,7 +4,7 @@ line as text throughout ('20'), so `--config 'experiments={figure1: {rounds: 20}
 
 import yaml
 
-from fedsim.planning.configcheck import command_line_types
+from fedsim.planning.configcheck import command_line_types, configfiles_after_the_first
 
 
 def snakemake_reads(text):
@@ -28,3 +28,14 @@ def test_lists_and_text_stay_as_a_file_would_read_them():
     # YAML 1.1 reads 1e-3 as text in a file too: the schema's error then says how to write it
     assert command_line_types(snakemake_reads("{lr: 1e-3}")) == {"lr": "1e-3"}
     assert command_line_types(snakemake_reads("{name: '{bad'}")) == {"name": "{bad"}
+
+
+def test_the_paths_a_configfile_flag_takes_after_its_first():
+    """Where a target written after `--configfile FILE` lands (workflow/rules/common.smk says so)."""
+    assert configfiles_after_the_first(["snakemake", "--cores", "2", "--configfile", "my.yaml", "out/a.png"]) == [
+        "out/a.png"]
+    assert configfiles_after_the_first(["snakemake", "--configfile=my.yaml", "out/a.png"]) == []
+    assert configfiles_after_the_first(["snakemake", "--configfile", "a.yaml", "-n", "out/a.png"]) == []
+    assert configfiles_after_the_first(["snakemake", "--configfiles", "a.yaml", "b.yaml", "c.json", "--cores", "1",
+                                        "--configfile", "d.yaml", "e"]) == ["b.yaml", "c.json", "e"]
+    assert configfiles_after_the_first(["snakemake", "out/a.png", "--configfile", "my.yaml"]) == []

@@ -9,6 +9,7 @@ found, also go through a real Snakemake process, which must print that one line 
 """
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -328,6 +329,26 @@ def test_snakemake_from_another_folder_is_one_line(tmp_path):
     assert code != 0 and refusals == [f"Run snakemake in the workflow's folder: cd {workdir.resolve()} (its configs' "
                                       f"paths are relative to it; this one is {elsewhere.resolve()})"], out
     assert list(elsewhere.iterdir()) == [] and not (workdir / "results").exists()
+
+
+@pytest.mark.workflow
+def test_a_target_after_configfile_is_one_line(tmp_path):
+    """`snakemake --configfile my.yaml TARGET`: the flag takes TARGET as a second config file. Where
+    Snakemake can read it (a run.json), the workflow says so in one line, not as a config's unknown
+    keys; `--configfile=my.yaml TARGET` keeps TARGET a target. (A target Snakemake cannot read, an
+    image or a missing file, stops Snakemake before the workflow runs: docs/workflow.md.)"""
+    workdir = copy_workflow(tmp_path / "wf")
+    (workdir / "my.yaml").write_text("results_dir: mine\n")
+    target = Path("mine", "x", "run.json")
+    (workdir / target).parent.mkdir(parents=True)
+    (workdir / target).write_text('{"config": {"rounds": 3}, "seconds": 1.5}\n')
+    code, out = snakemake(workdir, "-n", "--cores", "1", "--configfile", "my.yaml", str(target))
+    lines = [line for line in out.splitlines() if "config" in line.lower() and "extended by" not in line]
+    assert code != 0 and lines == [f"{target} was read as a config file (it has no config key): --configfile takes "
+                                   "every path after it; put targets first (snakemake TARGET --configfile FILE) "
+                                   "or write --configfile=FILE"], out
+    code, out = snakemake(workdir, "-n", "--cores", "1", "--configfile=my.yaml", str(target))
+    assert "was read as a config file" not in out and f"No rule to produce {target}" in out, out
 
 
 # ---------------------------------------------------------------------------------------

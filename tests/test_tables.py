@@ -57,6 +57,17 @@ def test_an_edge_of_a_tuning_grid_is_named(tmp_path):
     assert rows_of(rendered(tmp_path, [dane[1]], tuned))["FedDANE"][2:6] == ["mu 1", "1.000", "0.800", "mu highest"]
 
 
+def test_a_grid_of_one_value_is_named_as_the_findings_name_it(tmp_path):
+    """A tuning grid of one value: findings' grid_edge says `only`, and so does the table's edge cell
+    (it said `-`, as for a value inside its grid)."""
+    dane = fake_run(tmp_path, mu=0.01, losses=[3, 2, 1.0])
+    tuned = tmp_path / "tuned_mu.csv"
+    assert cli.main(["tune", "--methods", "feddane", "--fraction", "0.5", "--out", str(tuned), dane]) == 0
+    row = rows_of(rendered(tmp_path, [dane], tuned))["FedDANE"]
+    assert read_findings(tmp_path / "findings.csv")["grid_edge"].tolist() == ["only"]
+    assert row[2:6] == ["mu 0.01", "1.000", "0.800", "mu only (one-value grid)"]
+
+
 def test_the_commit_is_the_checkouts_and_says_where_it_differs(tmp_path):
     assert checkout_commit(tmp_path) == "unknown (not a git checkout)"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
@@ -67,3 +78,16 @@ def test_the_commit_is_the_checkouts_and_says_where_it_differs(tmp_path):
     assert checkout_commit(tmp_path) == head
     (tmp_path / "a.txt").write_text("2")
     assert checkout_commit(tmp_path) == f"{head} with local changes"
+
+
+def test_the_tables_go_to_the_screen_without_out_or_with_a_dash(tmp_path, capsys, monkeypatch):
+    """`fedsim tables --findings F` prints them; `--out -` too, and writes no file named `-`."""
+    text = rendered(tmp_path, [fake_run(tmp_path, method="fedavg", seed=0, losses=[3, 2, 1.0])])
+    capsys.readouterr()
+    monkeypatch.chdir(tmp_path)
+    given = ["tables", "--findings", "findings.csv", "--commit", "abc1234", "--config", "config/x.yaml",
+             "--source", "results/summary/findings_x.csv"]
+    for out in ([], ["--out", "-"]):
+        assert cli.main(given + out) == 0
+        assert capsys.readouterr().out == text
+    assert not (tmp_path / "-").exists()

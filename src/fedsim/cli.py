@@ -17,6 +17,7 @@
     python -m fedsim summarise --out runs.csv RUN_JSON...
     python -m fedsim findings --out findings_figure1.csv RUN_JSON...
     python -m fedsim tables --findings findings_figure1.csv --config config/config.yaml --out tables_figure1.md
+    python -m fedsim tables --findings findings_figure1.csv      # on the screen (or --out -)
     python -m fedsim tune --methods feddane feddane_authors --out tuned_mu.csv RUN_JSON...
     python -m fedsim figure1 --tuned tuned_mu.csv --out figure1.pdf RUN_JSON...
     python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
@@ -365,8 +366,11 @@ def _tables(args) -> None:
     from .tables import checkout_commit, read_findings, render
 
     commit = args.commit or checkout_commit(args.checkout)
-    atomic.write_text(args.out, render(read_findings(args.findings), args.source or args.findings, commit,
-                                       args.config) + "\n")
+    text = render(read_findings(args.findings), args.source or args.findings, commit, args.config) + "\n"
+    if args.out in (None, "-"):
+        sys.stdout.write(text)
+    else:
+        atomic.write_text(args.out, text)
 
 
 def _tune(args) -> None:
@@ -617,7 +621,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--commit", help="the commit that made them (default: the checkout's at --checkout)")
     p.add_argument("--checkout", default=".", help="the checkout whose commit to name")
     p.add_argument("--source", help="the findings file's path as the line names it (default: --findings)")
-    p.add_argument("--out", required=True, help="the tables (.md)")
+    p.add_argument("--out", help="the tables (.md); without it, or `-`: on the screen (stdout)")
     p.set_defaults(func=_tables)
 
     tuned = [name for name, e in ENTRIES.items() if e.method.tuned_setting]

@@ -91,11 +91,15 @@ def _with_range(curve: dict, column: str) -> str:
     return f"{mean:.3f} ({low:.3f})" if f"{low:.3f}" == f"{high:.3f}" else f"{mean:.3f} ({low:.3f}-{high:.3f})"
 
 
+EDGE_WORDS = {"lowest": "lowest", "highest": "highest", "only": "only (one-value grid)"}
+
+
 def edges(curve: dict) -> str:
-    """Where a tuned value sits at its grid's edge: the best value may lie beyond it."""
+    """Where a tuned value sits at its grid's edge, as findings' grid_edge and lr_edge say: `lowest`,
+    `highest` or `only` (a grid of one value, both edges): the best value may lie beyond it."""
     named = {"value": curve["setting"].replace("_", " "), "lr": "lr"}
-    shown = [f"{named[of]} {curve[column]}" for of, column in (("value", "grid_edge"), ("lr", "lr_edge"))
-             if curve[column] in ("lowest", "highest")]
+    shown = [f"{named[of]} {EDGE_WORDS[curve[column]]}" for of, column in (("value", "grid_edge"), ("lr", "lr_edge"))
+             if curve[column] in EDGE_WORDS]
     return ", ".join(shown) or "-"
 
 

@@ -11,6 +11,7 @@ import sys
 
 import yaml
 
+import snakemake.common.configfile
 import snakemake.utils
 from functools import cache, partial
 from pathlib import Path
@@ -19,8 +20,8 @@ from pathlib import Path
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
 from fedsim import atomic  # noqa: E402
 from fedsim.planning import cost, experiments, jobs, kinds  # noqa: E402
-from fedsim.planning.configcheck import (built_samples, check_config, check_partition_pools, command_line_types,  # noqa: E402
-                               load_schema)
+from fedsim.planning.configcheck import (check_config, check_partition_pools, command_line_types,  # noqa: E402
+                               load_schema, pool_samples, target_read_as_config)
 from fedsim.planning.experiments import ConfigError, as_list, fmt  # noqa: E402
 from fedsim.planning.kinds import BUILT_KINDS  # noqa: E402
 from fedsim.specs import model_specs  # noqa: E402
@@ -34,6 +35,11 @@ METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), in lege
 # those: config_settings.config holds what --config gave (overwrite_config mixes in the --configfile
 # files, where a quoted '10' is the user's text and the check refuses it).
 snakemake.utils.update_config(config, command_line_types(dict(workflow.config_settings.config)))
+# A target written after --configfile's file (`--configfile my.yaml results/x/run.json`) is read as a
+# second config file: one line where it is a file Snakemake could read (others stop Snakemake earlier).
+_misread = target_read_as_config(sys.argv, SCHEMA, snakemake.common.configfile.load_configfile)
+if _misread:
+    sys.exit(_misread)
 try:
     check_config(config, SCHEMA, workflow.basedir, workflow.configfiles)
     config["experiments"] = experiments.selected_experiments(config)  # only_experiments, only_datasets
@@ -244,10 +250,15 @@ def dataset_inputs(dataset):
             for name, items in kinds.inputs(config, dataset).items()}
 
 
-try:  # a partition its built pool cannot hold: one line now, not a failed job later
-    check_partition_pools(config, lambda name: built_samples(dataset_path(name)))
-except ConfigError as err:
-    sys.exit(str(err))
+# A partition its pool cannot hold (the pool built, or an .npz whose header tells its rows): one line
+# now, not a failed job later. In the main process only: a job's own process (a `run:` rule's, a
+# cluster job's) reads this file again, maybe after this call built the pool, and stopping there
+# fails that job without its log; the partition's own job refuses the pool in its log.
+if workflow.is_main_process:
+    try:
+        check_partition_pools(config, lambda name: pool_samples(config, name, dataset_path(name)))
+    except ConfigError as err:
+        sys.exit(str(err))
 
 
 def known_tuning():

@@ -154,6 +154,21 @@ def built_samples(path) -> int | None:
     return int(sizes.train.sum() + sizes.test.sum())
 
 
+def pool_samples(cfg: dict, name, path) -> int | None:
+    """A pool's samples where known before its partition's build: its built file's (at `path`), else
+    an `arrays` pool's .npz rows (its header); else None. Each counts every row, repeated ones too (the
+    partition drops those): fewer samples fail every check of fedsim.partition.check_settings that
+    these fail, so a refusal from either is sure."""
+    samples = built_samples(path)
+    entry = cfg["datasets"][name]
+    if samples is None and entry["kind"] == "arrays":
+        try:
+            samples = describe_arrays(entry["npz"])["rows"]
+        except ValueError:
+            return None  # the config check names the file's problem
+    return samples
+
+
 def check_partition_pools(cfg: dict, pool_samples) -> None:
     """Each Dirichlet partition some experiment runs against its pool's sample count, where
     `pool_samples(name)` knows it (the pool's file is built; else None: built_samples of its path):
@@ -187,6 +202,42 @@ def command_line_types(value):
             return value
         return typed if isinstance(typed, (bool, int, float)) or typed is None else value
     return value
+
+CONFIGFILE_FLAGS = ("--configfile", "--configfiles")
+
+
+def configfiles_after_the_first(argv) -> list[str]:
+    """The paths a `--configfile` flag in `argv` takes after its first: `--configfile my.yaml
+    results/x/run.json` takes both (the flag takes every word up to the next option), so a target
+    written after it lands here; `--configfile=my.yaml` takes that one file only."""
+    after, taken = [], None  # taken: how many words the current flag took, None outside one
+    for word in argv[1:]:
+        if word in CONFIGFILE_FLAGS:
+            taken = 0
+        elif taken is None or word.startswith("-"):
+            taken = None
+        else:
+            if taken:
+                after.append(word)
+            taken += 1
+    return after
+
+
+def target_read_as_config(argv, schema: dict, load) -> str | None:
+    """One line where a word after a `--configfile`'s first file was a target, not a config file:
+    Snakemake read it as a config (`load(path)`: what it made of it) and it has none of the config's
+    keys; None otherwise. (A target Snakemake cannot read as JSON or YAML, an image or a file not made
+    yet, stops Snakemake with its own traceback before the workflow runs: docs/workflow.md.)"""
+    for path in configfiles_after_the_first(argv):
+        try:
+            read = load(path)
+        except Exception:  # noqa: BLE001 - not readable here: Snakemake's to report, as it did
+            continue
+        if isinstance(read, dict) and read and not set(read) & set(schema["properties"]):
+            return (f"{path} was read as a config file (it has no config key): --configfile takes every path "
+                    f"after it; put targets first (snakemake TARGET --configfile FILE) or write --configfile=FILE")
+    return None
+
 
 # ---------------------------------------------------------------------------------------
 # The schema's errors, explained in one line
@@ -300,8 +351,8 @@ def _check_results_dir(cfg, project_dir) -> None:
 
 def _check_pool(cfg, name, entry) -> None:
     """A Dirichlet partition's pool is another dataset of the config, of a kind it can pool. (Its
-    alpha > 0 is the schema's; devices against the pool's samples are checked when the partition is
-    built, its first job, before any training of it: the pool's size is known only then.)"""
+    alpha > 0 is the schema's; devices against the pool's samples: check_partition_pools, where they
+    are known before the build (pool_samples), else the partition's build, its first job.)"""
     where, pool = ["datasets", name, "pool"], entry["pool"]
     if pool not in cfg["datasets"]:
         raise ConfigError(where, f"unknown dataset {pool!r} (defined under datasets: {', '.join(cfg['datasets'])})")
