@@ -239,3 +239,21 @@ def test_a_jobs_own_process_leaves_the_pool_check_to_the_main_one(tmp_path):
                           "--mode", "subprocess")
     assert code == 0 and "Config error" not in out, out
     assert (workdir / "results/logs/plan/planned_runs.log").read_text() == "1 runs planned before tuning\n"
+
+
+def test_the_dissimilarities_default_to_the_models_choice(tmp_path):
+    """The metrics' gradient dissimilarities are the paper's diagnostics: on by default for MCLR, off for
+    a CNN (they would double its evaluation), and computed for a CNN run that asks for them; run.json
+    records the value the run took."""
+    from fedsim import api
+
+    x, y = images(n=80, shape=(1, 28, 28))
+    np.savez(tmp_path / "mine.npz", x=x, y=y, device=np.arange(80) % 4)
+    data = api.import_arrays(tmp_path / "mine.npz", tmp_path / "mine.h5", name="mine")
+    runs = {(model, asked): api.run(data, "fedavg", rounds=1, clients_per_round=2, epochs=1, model=model,
+                                    **({} if asked is None else {"dissimilarity": asked}))
+            for model, asked in [("mclr", None), ("lenet5", None), ("lenet5", True)]}
+    for (model, asked), (metrics, record) in runs.items():
+        expected = model == "mclr" or asked is True
+        assert metrics["grad_dissimilarity"].notna().all() == expected, (model, asked)
+        assert record["config"]["dissimilarity"] is expected

@@ -234,12 +234,16 @@ def test_an_mclr_run_costs_seconds_per_device_and_epoch():
 
 
 def test_a_cnn_run_and_the_built_image_kinds_have_estimates():
-    """A dataset entry of another model is priced as that model; MCLR on a built kind as FEMNIST."""
+    """A dataset entry of another model is priced as that model; MCLR on a built kind as FEMNIST. A CNN's
+    metrics rows are forward passes by default (no dissimilarities: fedsim.specs), full steps with them."""
     cfg = load_config()
     args = dict(method="fedavg", k=10, epochs=1, rounds=50, theory=False, sizes_of=None)
     cfg["datasets"]["synthetic_1_1"]["model"] = "cnn"
-    assert cost.train_seconds(cfg, "synthetic_1_1", **args) == pytest.approx(
-        (50 * 10 + 51 * 10 / cost.DEFAULT_TRAIN_FRACTION) * cost.CONV_DEVICE_ROWS * model_spec("cnn").sample_seconds)
+    metrics_rows = 51 * 10 / cost.DEFAULT_TRAIN_FRACTION
+    for dissimilarity, per_row in [(None, cost.FORWARD_SHARE), (True, 1.0)]:
+        cfg["datasets"]["synthetic_1_1"]["dissimilarity"] = dissimilarity
+        assert cost.train_seconds(cfg, "synthetic_1_1", **args) == pytest.approx(
+            (50 * 10 + metrics_rows * per_row) * cost.CONV_DEVICE_ROWS * model_spec("cnn").sample_seconds)
     cfg["datasets"]["pool"] = {"kind": "dirichlet"}
     assert cost.train_seconds(cfg, "pool", **args) == pytest.approx(50 * 10 * KINDS["femnist"].mclr_device_epoch_s)
 
@@ -248,7 +252,7 @@ def test_a_cnn_runs_estimate_counts_its_samples_gradients_and_evaluations():
     """Rows a run trains on, the full gradients its method sends, the metrics rows of every
     `eval_every`-th round on `eval_devices` devices: each at the model's seconds per sample."""
     cfg = load_config()
-    cfg["datasets"]["synthetic_1_1"].update(model="lenet5", eval_devices=5, eval_every=5)
+    cfg["datasets"]["synthetic_1_1"].update(model="lenet5", eval_devices=5, eval_every=5, dissimilarity=True)
     sizes = cost.Sizes(np.full(20, 100), np.full(20, 10), "a built file")
     args = dict(k=10, epochs=1, rounds=50, theory=False, sizes_of=lambda dataset: sizes)
     evaluations = 11 * (5 / 20) * 20 * 110  # rounds 0, 5, ..., 50 on a quarter of the rows

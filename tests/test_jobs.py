@@ -112,7 +112,8 @@ def test_a_runs_metric_settings_and_model_reach_its_command_line():
                         "n": {"load": "auto", "dissimilarity": False}, "y": {"load": "auto", "dissimilarity": True}}}
     assert jobs.eval_args(cfg, "s") == "--load auto"
     assert jobs.eval_args(cfg, "c") == "--load memory --eval-devices 25 --eval-every 5"
-    assert jobs.eval_args(cfg, "n") == "--load auto --no-dissimilarity" and jobs.eval_args(cfg, "y") == "--load auto"
+    assert jobs.eval_args(cfg, "n") == "--load auto --no-dissimilarity"
+    assert jobs.eval_args(cfg, "y") == "--load auto --dissimilarity"  # else the model's default (off for a CNN)
     # the model: the one the run's folder names (its run tag), else the dataset kind's default
     assert [jobs.model_args(tag) for tag in ("", "_T20", "_lenet5", "_T20_cnn")] == \
         ["", "", "--model lenet5", "--model cnn"]

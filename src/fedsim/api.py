@@ -267,7 +267,7 @@ def generate_synthetic(out, *, alpha=0.0, beta=0.0, iid: bool = False, name: str
 
 
 def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = PARTITION["train_fraction"],
-                  seed: int = PARTITION["seed"]) -> str:
+                  seed: int = PARTITION["seed"], classes: int | None = None) -> str:
     """Write a user's .npz of arrays to `out` as a dataset file and return its path, as
     `python -m fedsim import-arrays` does with the same options.
 
@@ -275,13 +275,17 @@ def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = PAR
     and optionally `device` (n integer device ids: one device per id) and `test` (n booleans: the
     test rows; without it each device's rows are split, a `train_fraction` of them to train, seeded
     by `seed`). Without `device` the file is a pool, one device: deal it to devices with
-    partition_dirichlet before a run. `name` is the dataset's, in every run's record. What the file
-    cannot be read as is a ValueError in one line naming the file and the array (fedsim.arrays)."""
+    partition_dirichlet before a run. `name` is the dataset's, in every run's record; `classes` the
+    label count (default: the largest label + 1). What the file cannot be read as (a NaN or infinity
+    in `x`, a label outside 0 .. classes - 1, ...) is a ValueError in one line naming the file, the
+    array and the row (fedsim.arrays)."""
     from .arrays import import_arrays as write_arrays
 
     npz, out = _path("npz", npz), _path("out", out)
     checked = {key: _number(key, value, PARTITIONER[key])
                for key, value in dict(train_fraction=train_fraction, seed=seed).items()}
+    if classes is not None:
+        checked["classes"] = _number("classes", classes, COUNT)
     write_arrays(npz, out, name=_name(name), **checked)
     return out
 

@@ -40,27 +40,6 @@ def pool_refusal(path, provenance: dict) -> str | None:
             "(from Python: fedsim.partition_dirichlet), and train on that")
 
 
-CHECK_ROWS = 4096  # rows of x tested for finiteness at a time: a bounded mask beside a large image array
-
-
-def first_non_finite_row(x: np.ndarray) -> int | None:
-    """The first row of `x` (n x ...) holding a NaN or an infinity; None if every value is finite."""
-    if x.dtype.kind not in "fc":
-        return None  # integers are finite
-    for start in range(0, len(x), CHECK_ROWS):
-        block = x[start:start + CHECK_ROWS].reshape(min(CHECK_ROWS, len(x) - start), -1)
-        bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
-        if len(bad):
-            return start + int(bad[0])
-    return None
-
-
-def non_finite_text(x: np.ndarray, row: int) -> str:
-    """`row holds nan` (the row's first non-finite value)."""
-    values = x[row].ravel()
-    return f"row {row} holds {values[~np.isfinite(values)][0]}"
-
-
 def _headers(path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """{name: (shape, dtype)} of the .npz's arrays, from their .npy headers alone."""
     found = {}
@@ -119,6 +98,7 @@ def describe(path) -> dict:
 def import_arrays(npz, out_path, *, name, train_fraction=0.9, seed=0, classes=None) -> dict:
     """Write the .npz `npz` as a dataset file; returns its provenance. `classes`: the label count (default:
     the largest label + 1)."""
+    from .data import first_non_finite_row, non_finite_text
     from .leaf.common import write_partition
     from .partition import split_devices
 

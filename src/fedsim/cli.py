@@ -78,6 +78,7 @@ def _method_option(text: str) -> tuple[str, str]:
 # options come one NAME=VALUE at a time; --mu has no default of its own (run_config gives it).
 SPELLED = {"options": {"flag": "--option", "type": _method_option, "action": "append", "default": [],
                        "metavar": "NAME=VALUE"},
+           "dissimilarity": {"action": argparse.BooleanOptionalAction, "default": None},
            "mu": {"default": None, "more_help": f" (required for {', '.join(NEEDS_MU)}, whose mu is the dataset's; "
                                                 "default 0 for the others)"}}
 

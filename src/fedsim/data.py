@@ -157,6 +157,27 @@ def write_dataset(path, *, name, kind, num_classes, clients, train_x, train_y, t
                          blocks=[(train_x, train_y, test_x, test_y)], chunk_rows=chunk_rows)
 
 
+CHECK_ROWS = 4096  # rows of x tested for finiteness at a time: a bounded mask beside a large image array
+
+
+def first_non_finite_row(x: np.ndarray) -> int | None:
+    """The first row of `x` (n x ...) holding a NaN or an infinity; None if every value is finite."""
+    if x.dtype.kind not in "fc":
+        return None  # integers are finite
+    for start in range(0, len(x), CHECK_ROWS):
+        block = x[start:start + CHECK_ROWS].reshape(min(CHECK_ROWS, len(x) - start), -1)
+        bad = np.flatnonzero(~np.isfinite(block).all(axis=1))
+        if len(bad):
+            return start + int(bad[0])
+    return None
+
+
+def non_finite_text(x: np.ndarray, row: int) -> str:
+    """`row holds nan` (the row's first non-finite value)."""
+    values = x[row].ravel()
+    return f"row {row} holds {values[~np.isfinite(values)][0]}"
+
+
 # -----------------------------------------------------------------------------
 # reading
 

@@ -112,9 +112,11 @@ class RunConfig:
                                                                "many devices (default: all)")
     eval_every: int = setting(1, check=COUNT, help="compute the metrics every this many rounds and at the last "
                                                    "(default: every round)")
-    dissimilarity: bool = setting(True, help="compute the two gradient dissimilarities with the metrics: every "
-                                             "evaluated device's full local gradient, about twice the cost of its "
-                                             "loss on a CNN (--no-dissimilarity leaves their columns empty)")
+    dissimilarity: bool | None = setting(None, help="compute the two gradient dissimilarities with the metrics: "
+                                                    "every evaluated device's full local gradient, about twice the "
+                                                    "cost of its loss on a CNN (default: the model's, on for the "
+                                                    "paper's MCLR and LSTMs, whose diagnostics they are, off for "
+                                                    "the CNNs; --no-dissimilarity leaves their columns empty)")
     engine: str = setting("auto", role=NUMERICS, choices=ENGINE_NAMES,
                           help="local SGD; auto: the compiled kernel for MCLR on the CPU, the batched torch engine "
                                "otherwise (metrics and FedDANE's local gradients take the compiled pass for MCLR "
@@ -209,7 +211,7 @@ def fingerprint(config: RunConfig) -> str:
     their checkpoints still resume)."""
     unset = {"model"} if config.model is None else set()
     unset |= {"eval_every"} if config.eval_every == 1 else set()
-    unset |= {"dissimilarity"} if config.dissimilarity else set()
+    unset |= set() if config.dissimilarity is False else {"dissimilarity"}
     unset |= set() if config.keep_subnormals else {"keep_subnormals"}
     kept = {f.name for f in dataclasses.fields(config) if role(f) != EXECUTION} - unset
     return json.dumps({k: v for k, v in dataclasses.asdict(config).items() if k in kept}, sort_keys=True)

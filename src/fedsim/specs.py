@@ -48,6 +48,9 @@ class ModelSpec:
     stacks_on: tuple[str, ...] = ("cpu", "cuda")  # devices where a round's devices train as one stack
     graphs_on: tuple[str, ...] = ()     # devices where each SGD step replays as a CUDA graph
     linear_softmax: bool = False        # MCLR's closed forms: the MCLR-only methods, the theorems
+    # the metrics' two gradient dissimilarities by default (every evaluated device's full gradient, about
+    # twice the cost of its loss): the paper's diagnostics, on for its models; a run can ask for them
+    dissimilarity: bool = False
     # local SGD's seconds per training sample (forward and backward) on one CPU core, from
     # benchmarks/cnn_round.py (the `batched` engine, as a run takes it) rounded up: fedsim.planning.cost prices a
     # run from it. None only where the data kind prices it (MCLR per device and epoch, the LSTMs'

@@ -139,7 +139,7 @@ def check_model(config: RunConfig, model, dtype: torch.dtype) -> None:
         raise ValueError(f"bad run setting theory=True: {config.method} solves no local problem the theorems describe")
     if config.theory and config.eval_every != 1:
         raise ValueError(f"bad run setting eval_every={config.eval_every}: theory=True measures every round")
-    if config.theory and not config.dissimilarity:
+    if config.theory and config.dissimilarity is False:
         raise ValueError("bad run setting dissimilarity=False: theory=True needs B's dissimilarity every round")
 
 
@@ -348,6 +348,8 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
             raise ValueError(f"bad run setting eval_devices={config.eval_devices}: {config.data} has "
                              f"{dataset.num_devices} devices")
         data = RunData(config, dataset)
+        if config.dissimilarity is None:  # the model's default, in the checkpoint's fingerprint and run.json
+            config = dataclasses.replace(config, dissimilarity=data.model.dissimilarity)
         clock = {"local_sgd": 0.0, "evaluation": 0.0}
         try:
             rows, diverged_round, resumed, initial_finite = _train(config, data, on_round, on_resume, checkpoint,

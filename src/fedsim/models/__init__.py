@@ -10,7 +10,8 @@ planning reads without torch): its name (the module's), label, the samples it ta
 besides the general torch rule that run it (`accelerators`: "kernel", the compiled MCLR loop on the
 CPU), where a round's devices train as one stack (`stacks_on`) and where each SGD step replays as a
 CUDA graph (`graphs_on`: a step of many small kernels, as an LSTM's), whether it is `linear_softmax`
-(MCLR's closed forms: the MCLR-only methods, the theorems' constants) and what a sample costs. It
+(MCLR's closed forms: the MCLR-only methods, the theorems' constants), whether its metrics compute the
+gradient dissimilarities by default (`dissimilarity`: the paper's models do) and what a sample costs. It
 ends with `MODEL = <its class>`, a subclass of `Model` whose `spec` is that SPEC (its fields become
 the class's attributes), with
 

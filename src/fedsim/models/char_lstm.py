@@ -8,7 +8,8 @@ from ._lstm import Layout, LSTMModel, dense, lookup, lstm_last, lstm_layer_shape
 from ..specs import ModelSpec
 
 # a step is ~5,700 kernels, each far shorter than its launch
-SPEC = ModelSpec(name="char_lstm", label="char LSTM", samples=("shakespeare",), graphs_on=("cuda",))
+SPEC = ModelSpec(name="char_lstm", label="char LSTM", samples=("shakespeare",), graphs_on=("cuda",),
+                 dissimilarity=True)
 
 
 class CharLSTM(LSTMModel):

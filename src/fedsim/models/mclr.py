@@ -16,7 +16,7 @@ from . import Model, glorot_uniform
 from ..specs import ModelSpec
 
 SPEC = ModelSpec(name="mclr", label="MCLR", samples=("features", "image"), accelerators=("kernel",),
-                 linear_softmax=True)
+                 linear_softmax=True, dissimilarity=True)
 
 
 class MCLR(Model):

@@ -10,7 +10,8 @@ from ._lstm import Layout, LSTMModel, dense, lstm_last, lstm_layer_shapes
 from ..specs import ModelSpec
 
 # a step is ~1,800 kernels, each far shorter than its launch
-SPEC = ModelSpec(name="sent140_lstm", label="Sent140 LSTM", samples=("sent140",), graphs_on=("cuda",))
+SPEC = ModelSpec(name="sent140_lstm", label="Sent140 LSTM", samples=("sent140",), graphs_on=("cuda",),
+                 dissimilarity=True)
 
 
 class Sent140LSTM(LSTMModel):

@@ -40,7 +40,7 @@ from statistics import NormalDist
 import numpy as np
 
 from .experiments import RUN_FIELDS, ConfigError
-from .kinds import KINDS, TOKEN_KINDS, entry_model, trains_linear_softmax
+from .kinds import KINDS, TOKEN_KINDS, entry_dissimilarity, entry_model, trains_linear_softmax
 from ..specs import model_spec
 from .jobs import train_device
 from ..methods import ENTRIES
@@ -235,10 +235,13 @@ def run_round_seconds(config, kind: str, constants=None) -> float | None:
     if kind not in TOKEN_KINDS or config.device != "cpu":
         return None
     consts = (constants or load_constants(os.environ.get(CALIBRATION_ENV))[0])[kind]
+    dissimilarity = config.dissimilarity  # None: the model's default (fedsim.specs)
+    if dissimilarity is None:
+        dissimilarity = model_spec(config.model or KINDS[kind].default_model).dissimilarity
     cost = run_cost(file_sizes(config.data), rounds=config.rounds, k=config.clients_per_round, epochs=config.epochs,
                     batch_size=config.batch_size, consts=consts, gradients=ENTRIES[config.method].method.gradients,
                     eval_devices=config.eval_devices, selection=config.selection, eval_every=config.eval_every,
-                    dissimilarity=config.dissimilarity)
+                    dissimilarity=dissimilarity)
     return cost.total_s / max(config.rounds, 1)
 
 
@@ -271,7 +274,7 @@ def lstm_run_cost(cfg, dataset, sizes: Sizes, constants, *, method, k, epochs, r
     return run_cost(sizes, rounds=rounds, k=k, epochs=epochs, batch_size=int(entry["batch_size"]),
                     consts=constants[entry["kind"]], gradients=ENTRIES[method].method.gradients,
                     eval_devices=entry.get("eval_devices"), selection=cfg["simulator"]["selection"],
-                    eval_every=entry.get("eval_every", 1), dissimilarity=entry.get("dissimilarity", True))
+                    eval_every=entry.get("eval_every", 1), dissimilarity=entry_dissimilarity(cfg, dataset))
 
 
 def plan_costs(cfg, plan, dataset_path=lambda name: None, constants=None) -> list[DatasetCost]:
@@ -354,7 +357,7 @@ def conv_run_seconds(cfg, dataset, sizes_of, *, method, k, epochs, rounds) -> fl
     gradients = {"none": 0, "sampled": k, "all": devices}[ENTRIES[method].method.gradients]
     share = min(1.0, entry.get("eval_devices", devices) / devices)
     evaluated = evaluations(rounds, entry.get("eval_every", 1))
-    per_metrics_row = 1.0 if entry.get("dissimilarity", True) else FORWARD_SHARE
+    per_metrics_row = 1.0 if entry_dissimilarity(cfg, dataset) else FORWARD_SHARE
     rows = rounds * (k * epochs + gradients) * device_rows + evaluated * share * all_rows * per_metrics_row
     return rows * model_spec(entry_model(cfg, dataset)).sample_seconds
 

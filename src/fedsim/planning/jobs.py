@@ -19,7 +19,7 @@ from pathlib import Path
 from .. import atomic
 from ..specs import FILE_KINDS, MODELS_DIR, model_file
 from .experiments import RUN_FIELDS, fmt, setting_name, synthetic_settings, tag_lr, tag_model
-from .kinds import BUILT_KINDS, PLUGIN_KIND_FILES, trains_linear_softmax
+from .kinds import BUILT_KINDS, PLUGIN_KIND_FILES, entry_dissimilarity, trains_linear_softmax
 from ..methods import ENTRIES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
@@ -161,7 +161,7 @@ def planned_runs_csv(cfg, plan, run_dir) -> str:
         setting=[setting_name(m) for m in plan["method"]],
         eval_devices=[entry.get("eval_devices", "") for entry in datasets],
         eval_every=[entry.get("eval_every", 1) for entry in datasets],
-        dissimilarity=[entry.get("dissimilarity", True) for entry in datasets],
+        dissimilarity=[entry_dissimilarity(cfg, name) for name in plan["dataset"]],
         model=[tag_model(tag) or "" for tag in plan["T"]],
         **{key: cfg["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
         run=[run_dir(*run) if run.mu != "tuned" else "" for run in plan[list(RUN_FIELDS)].itertuples(index=False)],
@@ -192,7 +192,8 @@ def eval_args(cfg, dataset) -> str:
     args = [f"--load {entry['load']}"]
     args += [f"--eval-devices {entry['eval_devices']}"] if "eval_devices" in entry else []
     args += [f"--eval-every {entry['eval_every']}"] if "eval_every" in entry else []
-    args += ["--no-dissimilarity"] if entry.get("dissimilarity") is False else []
+    if entry.get("dissimilarity") is not None:  # else the model's default (fedsim.specs.ModelSpec)
+        args += ["--dissimilarity" if entry["dissimilarity"] else "--no-dissimilarity"]
     return " ".join(args)
 
 

@@ -163,6 +163,16 @@ def entry_model(cfg, dataset) -> str | None:
     return cfg["datasets"][dataset].get("model") or kind_default_model(cfg, dataset)
 
 
+def entry_dissimilarity(cfg, dataset) -> bool:
+    """Whether a dataset entry's runs compute the metrics' gradient dissimilarities: its `dissimilarity:`,
+    else its model's default (fedsim.specs.ModelSpec; a JSON import's file default counts as MCLR's)."""
+    value = cfg["datasets"][dataset].get("dissimilarity")
+    if value is not None:
+        return bool(value)
+    model = entry_model(cfg, dataset)
+    return model is None or model_spec(model).dissimilarity
+
+
 def trains_linear_softmax(cfg, dataset) -> bool:
     """Whether a dataset entry's runs train an MCLR-like model (a JSON import's default counts as MCLR:
     a feature set's, what the config check cannot tell from its tokens before the file is built)."""
