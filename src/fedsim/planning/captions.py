@@ -31,7 +31,7 @@ PAPER_FINDINGS = {
                "that favours it, FedDANE is worse than FedAvg and FedProx, most on the heterogeneous sets.",
 }
 PAPER_METHODS = ("fedavg", "fedprox", "feddane")
-PAPER_KINDS = ("synthetic", "femnist", "sent140", "shakespeare")
+PAPER_KINDS = ("synthetic", "femnist", "sent140", "shakespeare", "json")  # json: LEAF's files, the authors' data
 
 # The datasets' kinds in words (a plugin's kind: "built by the plugin kind <name>").
 KIND_WORDS = {
@@ -229,8 +229,8 @@ def figure(cfg, experiment, findings_path, tuned_path) -> Caption:
 
 
 def tuning_items(cfg) -> list[str]:
-    """Each grid tuned over, with the methods tuned over it and the experiments that tune each: "alpha over
-    [0.01]: FedDyn (mine)", "mu over [0, 1]: FedDANE (figure1 and beyond), FedDANE, authors' code (figure1)"."""
+    """Each grid tuned over, with the methods tuned over it and the experiments that tune them: "alpha over
+    [0.01]: FedDyn (mine)", "mu over [0, 1]: FedDANE (figure1 and beyond), "FedDANE, authors' code" (figure1)"."""
     grids: dict[str, dict[str, list[str]]] = {}  # grid text -> method -> experiments
     for name, exp in cfg["experiments"].items():
         if ex.mu_source(cfg, name) != "grid":
@@ -243,8 +243,13 @@ def tuning_items(cfg) -> list[str]:
                      ] if ex.method_kind(method) == "tuned" else []
             grid = " and ".join(parts + ([_lr_text(lrs)] if lrs else []))
             grids.setdefault(grid, {}).setdefault(method, []).append(name)
-    return [f"{grid}: " + ", ".join(f"{label(m)} ({_join(names)})" for m, names in sorted(
-        methods.items(), key=lambda item: list(ENTRIES).index(item[0]))) for grid, methods in grids.items()]
+    items = []
+    for grid, methods in grids.items():
+        alike: dict[tuple, list[str]] = {}  # the methods tuned over the grid in the same experiments
+        for method, names in methods.items():
+            alike.setdefault(tuple(names), []).append(method)
+        items.append(f"{grid}: " + ", ".join(f"{labels(ms)} ({_join(names)})" for names, ms in alike.items()))
+    return items
 
 
 def reuse_text(cfg) -> str:
