@@ -55,7 +55,7 @@ LAYERS = [
 # `import torch` in them at any depth, and nothing they import (at any depth) loads torch.
 TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.settings", "fedsim.stopping", "fedsim.planning", "fedsim.planning.kinds",
               "fedsim.planning.experiments", "fedsim.planning.configcheck", "fedsim.planning.jobs", "fedsim.planning.cost",
-              "fedsim.planning.progress", "fedsim.planning.rescheduling"]
+              "fedsim.planning.progress", "fedsim.planning.rescheduling", "fedsim.planning.captions"]
 
 
 def modules(src: Path) -> dict[str, Path]:

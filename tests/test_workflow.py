@@ -26,7 +26,8 @@ import yaml
 
 from fedsim import methods
 from fedsim.stopping import HOLD_FILE_ENV
-from helpers.workflow import REPO, copy_workflow, default_config, env, job_counts, snakemake, write_config
+from helpers.workflow import (REPO, copy_workflow, default_config, env, job_counts, report_text, snakemake,
+                              write_config)
 
 pytestmark = pytest.mark.workflow
 
@@ -333,6 +334,10 @@ def test_tiny_real_run(tiny_run):
         assert f"Adding {name}" in out, out
     for name in ("tuning.png", "theory.png", "runs.csv", "tuned_mu.csv", "findings_figure1.csv"):
         assert f"Adding {name}" in out, out
+    # ... with the paper's finding beside the paper's figures (tests/test_report_captions.py: not beside others)
+    _, caption = report_text(tiny_run / "report.html")
+    figure1 = caption["results/figures/figure1.png"]
+    assert "Paper's finding (Figure 1)" in figure1 and "results/summary/findings_figure1.csv" in figure1, figure1
 
 
 def test_a_selection_keeps_its_tables_beside_its_figures(tiny_run):
@@ -356,6 +361,9 @@ def test_a_selection_keeps_its_tables_beside_its_figures(tiny_run):
     code, out = snakemake(tiny_run, "--report", "subset.html", *selection)
     assert code == 0, out
     assert "Adding figure1.png" in out and "Adding figure2.png" not in out and "Adding runs.csv" in out, out
+    _, caption = report_text(tiny_run / "subset.html")
+    assert "results/only-figure1-in-synthetic_iid/summary/findings_figure1.csv" in \
+        caption["results/only-figure1-in-synthetic_iid/figures/figure1.png"]
     code, out = snakemake(tiny_run, "--report", "whole.html")
     assert code == 0 and "Adding figure2.png" in out, out
     # the same selection of another config (more seeds; a dataset's other rounds): its runs are not

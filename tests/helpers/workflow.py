@@ -137,3 +137,27 @@ def _yaml_files_smk():
     namespace = {}
     exec(compile(path.read_text(), str(path), "exec"), namespace)
     return namespace
+
+
+# ---------------------------------------------------------------------------------------
+# A built report's words
+# ---------------------------------------------------------------------------------------
+
+
+def report_text(report_html):
+    """(front page, {file's path: caption}) of a `snakemake --report` HTML file, as plain text (tags
+    dropped, entities read): the report holds both as JavaScript values after its scripts (`var
+    workflow_desc = "..."`, `var results = {...}`), JSON but for the string's line continuations."""
+    import html
+    import json
+
+    source = Path(report_html).read_text().replace("\\\n", "")
+    decoder = json.JSONDecoder()
+
+    def value(name):
+        return decoder.raw_decode(source, source.rindex(f"var {name} = ") + len(f"var {name} = "))[0]
+
+    def plain(text):
+        return re.sub(r"\s+", " ", html.unescape(re.sub(r"<[^>]+>", "", text))).strip()
+
+    return plain(value("workflow_desc")), {path: plain(entry["caption"]) for path, entry in value("results").items()}

@@ -19,7 +19,7 @@ from pathlib import Path
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
 from fedsim import atomic  # noqa: E402
-from fedsim.planning import cost, experiments, jobs, kinds  # noqa: E402
+from fedsim.planning import captions, cost, experiments, jobs, kinds  # noqa: E402
 from fedsim.planning.configcheck import (check_config, check_partition_pools, command_line_types,  # noqa: E402
                                load_schema, pool_samples, target_read_as_config)
 from fedsim.planning.experiments import ConfigError, as_list, fmt  # noqa: E402
@@ -231,6 +231,21 @@ def config_text():
     text = yaml.safe_dump(given, default_flow_style=True, width=float("inf")).strip()
     return files + (f" with --config {text}" if given else "")
 
+
+# ---- The report's words about this run (fedsim.planning.captions): its methods, tuned settings, grids, datasets
+#      and files. The rules' captions are params; the front page, which Snakemake renders with the config
+#      alone, reads its pieces from the config.
+
+def figure_caption(wildcards):
+    return captions.figure(config, wildcards.experiment, summary_path(f"findings_{wildcards.experiment}.csv"),
+                           summary_path("tuned_mu.csv"))
+
+
+def tuning_caption(wildcards):
+    return captions.tuning(config)
+
+
+config["_report"] = captions.front_page(config, selection_results())
 
 # ---- Per-rule arguments and resources (fedsim.planning.jobs), bound to this config
 

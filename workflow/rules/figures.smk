@@ -29,6 +29,7 @@ rule figure:
         command=lookup(dpath="experiments/{experiment}/figure", within=config),
         tuned=lambda wildcards, input: f"--tuned {input.tuned}" if input.tuned else "",
         x_axis=lookup(dpath="figures/x_axis", within=config),
+        caption=figure_caption,  # the report's (common.smk)
     wildcard_constraints:
         experiment=alternatives(figure_experiments()),
     conda:
@@ -65,6 +66,7 @@ rule tuning_figure:
         ),
     params:
         fraction=lookup(dpath="tuning/fraction", within=config),
+        caption=tuning_caption,  # the report's (common.smk)
     conda:
         "../envs/fedsim.yaml"
     threads: 1

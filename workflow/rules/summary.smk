@@ -37,6 +37,7 @@ checkpoint tune:
     params:
         methods=" ".join(tuned_methods()),
         fraction=lookup(dpath="tuning/fraction", within=config),
+        caption=tuning_caption,  # the report's (common.smk)
     conda:
         "../envs/fedsim.yaml"
     threads: 1
