@@ -420,130 +420,213 @@ def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, st
     """The rounds: metrics rows from the initial model on, the round it diverged (or None), the
     round it resumed from (or None), and whether the initial model's weights were finite (True on a
     resumed run). Adds the seconds spent in local SGD and in evaluation to `clock`."""
-    device, dtype, model = data.device, data.dtype, data.model
     method, local_sgd = get_method(config.method), ENGINES[config.engine]
-    settings = SGDSettings(config.lr, config.epochs, config.batch_size, config.seed)
-
-    def device_grads_at(params, train: Clients):
-        known, counted = {}, set()  # a method may ask twice (pipelined FedDANE: to solve, then to aggregate)
-
-        def grads(devices: np.ndarray) -> torch.Tensor:
-            key = np.asarray(devices).tobytes()
-            if key not in known:
-                known[key] = device_grads(model, params, train, devices)
-                new = set(np.asarray(devices).tolist()) - counted  # a device computes its gradient once
-                counts["gradient_evaluations"] += int(data.sizes[sorted(new)].sum())
-                counted.update(new)
-            return known[key]
-        return grads
-
-    def hessians_at(params, train: Clients):
-        def count(samples: int) -> None:  # a per-sample Hessian-vector product costs about two gradients
-            counts["gradient_evaluations"] += 2 * samples
-
-        def hessians(devices: np.ndarray):
-            return LocalHessians(model, params, [train.subset([k])[0] for k in devices], count)
-        return hessians
-
-    def grads_at(train: Clients):
-        def grads(points: torch.Tensor, devices: np.ndarray) -> torch.Tensor:
-            devices = np.asarray(devices)
-            counts["gradient_evaluations"] += int(data.sizes[devices].sum())
-            if points.dim() == params.dim():
-                return device_grads(model, points, train, devices)
-            return torch.cat([device_grads(model, w, train, [k]) for w, k in zip(points, devices)])
-        return grads
-
-    params = initial_params(config, model, dtype).to(device)
-    # what the run has cost so far: per-sample gradients the devices computed, vectors sent each way
-    counts = dict.fromkeys(COUNT_COLUMNS, 0)
-    # Run state, checkpointed with the model: the method's (its own names, under "method.") and, for
-    # the authors' shuffle, which compounds over each device's local epochs, their count.
-    state = {f"method.{k}": v for k, v in method.init(params, data.dataset.num_devices).items()}
-    if config.rng == "authors":
-        state["epochs_done"] = torch.zeros(data.dataset.num_devices, dtype=torch.int64)
-    if config.theory:  # the power iteration's start: the last round's top eigenvector
-        state["theory_vector"] = torch.ones_like(params)
-    state["counts"] = torch.zeros(len(counts), dtype=torch.int64)
-    rows, start = [], 0
-    saved = checkpoint.load(config, params, state) if checkpoint is not None else None
-    if saved is not None:
-        start, params, rows, state = saved
-        state = {k: v if k in ON_CPU else v.to(params.device) for k, v in state.items()}
-        counts.update(zip(counts, state["counts"].tolist()))
-        if on_resume is not None:
-            on_resume(start)
-    drawn = {}
-
-    def devices_of(t: int) -> tuple[np.ndarray, np.ndarray]:
-        """Round t's (gradient devices, solvers), drawn DRAW_AHEAD rounds at a time (each a pure function
-        of the seed and round): drawn one at a time, right after a round's compiled kernel has filled the
-        caches with its data, the same draws run slower (docs/performance.md)."""
-        if t not in drawn:
-            drawn.clear()
-            drawn.update({s: round_devices(config, method.gradients, s, data.sizes)
-                          for s in range(t, min(t + DRAW_AHEAD, config.rounds))})
-        return drawn[t]
-
+    run = RunState(config, data, method)
+    start = run.resume(config, checkpoint, on_resume)
+    settings = sgd_settings(config, run.state)
+    draws, devices = RoundDraws(config, method.gradients, data.sizes), RoundDevices(data, run.counts)
     for t in range(start, config.rounds + 1):
-        if t > start:
-            hold_at_round_boundary(stop, t)
-        stopping = stop is not None and stop.signal is not None  # a signal came: stop here, at a round boundary
-        if stopping:
-            stop.finishing = True  # the state saved below is all a second signal could still drop
+        stopping = at_round_boundary(stop, t, start)
         if checkpoint is not None and (checkpoint.due(t, start) or stopping and t > start):
-            state["counts"] = torch.tensor(list(counts.values()), dtype=torch.int64)
-            checkpoint.save(config, t, params, rows, state)
+            run.save(config, checkpoint, t)
         if stopping:
             raise Stopped(stop.signal, t, config.rounds)
-        finite = all_finite(params)
+        finite = all_finite(run.params)
         if config.evaluates(t) or not finite:
-            started = time.perf_counter()
-            rows.append({"round": t, "communication_rounds": t * method.exchanges,
-                         **counts,
-                         **evaluate(model, params, data.eval_train, data.eval_test, config.dissimilarity)})
-            clock["evaluation"] += time.perf_counter() - started
+            run.rows.append(evaluate_round(config, data, run, t, method.exchanges, clock))
             if on_round is not None:
-                on_round(rows[-1])
-            if not (finite and math.isfinite(rows[-1]["train_loss"])):
-                return rows, t, (start or None), finite or t > 0
+                on_round(run.rows[-1])
+            if not (finite and math.isfinite(run.rows[-1]["train_loss"])):
+                return run.rows, t, (start or None), finite or t > 0
         if t == config.rounds:
-            return rows, None, (start or None), True
-        if config.rng == "authors":
-            settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
-        gradient_devices, solvers = devices_of(t)
-        train = ctx = None  # let go of the last round's rows first: their memory takes this round's (InputPool)
-        upcoming = None if not data.stream or t + 1 == config.rounds else np.concatenate(devices_of(t + 1))
-        train = data.round_train(np.concatenate([gradient_devices, solvers]), upcoming)
-        ctx = RoundContext(round=t, params=params, solvers=solvers, gradient_devices=gradient_devices,
-                           device_grads=device_grads_at(params, train), model=model,
-                           weights=round_weights(data.sizes, solvers, config.selection, dtype, device),
+            return run.rows, None, (start or None), True
+        # round t: its devices, their rows, local training, the server's update
+        gradient_devices, solvers = draws[t]
+        devices.read(t, gradient_devices, solvers, run.params, draws)
+        ctx = RoundContext(round=t, params=run.params, solvers=solvers, gradient_devices=gradient_devices,
+                           device_grads=devices.device_grads, model=data.model,
+                           weights=round_weights(data.sizes, solvers, config.selection, data.dtype, data.device),
                            mu=config.mu, seed=config.seed, options=config.options, lr=config.lr, sizes=data.sizes,
-                           local_steps=lambda devices: local_steps(data.sizes[devices], settings),
-                           grads_at=grads_at(train), hessians=hessians_at(params, train))
-        method_state = {k[len("method."):]: v for k, v in state.items() if k.startswith("method.")}
-        started = time.perf_counter()
-        if method.local_solver is not None:  # a local solver of the method's own (DONE)
-            problem, local_models = None, method.local_solver(ctx, method_state)
-        else:
-            problem = method.local_problem(ctx, method_state)
-            w0 = params if problem.center is None else problem.center
-            local_models = local_sgd(model, w0, problem, train, solvers, settings, t)
-            anchored = 2 if problem.anchor is not None else 1  # and the same batches' gradients at the anchor
-            counts["gradient_evaluations"] += anchored * local_samples(data.sizes[solvers], settings, problem.steps)
-        clock["local_sgd"] += time.perf_counter() - started
+                           local_steps=functools.partial(steps_of, data.sizes, settings),
+                           grads_at=devices.grads_at, hessians=devices.hessians)
+        method_state = run.method_state()
+        problem, local_models = local_training(method, local_sgd, ctx, method_state, devices.train, settings,
+                                               run.counts, clock)
         if config.theory:
-            constants, state["theory_vector"] = measure_theory(model, params, problem, local_models, train, solvers,
-                                                               data.eval_train, rows[-1], state["theory_vector"])
-            rows[-1].update(constants)
-        params, method_state = method.server_update(ctx, method_state, local_models)
+            run.add_theory(data, problem, local_models, devices.train, solvers)
+        run.params, method_state = method.server_update(ctx, method_state, local_models)
+        run.end_round(method, ctx, method_state, solvers, config.epochs)
+    return run.rows, None, (start or None), True
+
+
+class RunState:
+    """What a run carries from round to round, all of it checkpointed: the global model, the metrics
+    rows so far, what the run has cost so far (`counts`: per-sample gradients the devices computed,
+    vectors sent each way) and `state`: the method's (its own names, under "method.") and, for the
+    authors' shuffle, which compounds over each device's local epochs, their count."""
+
+    def __init__(self, config: RunConfig, data: RunData, method):
+        self.params = initial_params(config, data.model, data.dtype).to(data.device)
+        self.counts = dict.fromkeys(COUNT_COLUMNS, 0)
+        self.state = {f"method.{k}": v for k, v in method.init(self.params, data.dataset.num_devices).items()}
+        if config.rng == "authors":
+            self.state["epochs_done"] = torch.zeros(data.dataset.num_devices, dtype=torch.int64)
+        if config.theory:  # the power iteration's start: the last round's top eigenvector
+            self.state["theory_vector"] = torch.ones_like(self.params)
+        self.state["counts"] = torch.zeros(len(self.counts), dtype=torch.int64)
+        self.rows = []
+
+    def resume(self, config: RunConfig, checkpoint: Checkpoint | None, on_resume) -> int:
+        """The round to start from: the checkpoint's, its state then loaded (`on_resume` told), else 0."""
+        saved = checkpoint.load(config, self.params, self.state) if checkpoint is not None else None
+        if saved is None:
+            return 0
+        start, self.params, self.rows, state = saved
+        self.state = {k: v if k in ON_CPU else v.to(self.params.device) for k, v in state.items()}
+        self.counts.update(zip(self.counts, self.state["counts"].tolist()))
+        if on_resume is not None:
+            on_resume(start)
+        return start
+
+    def save(self, config: RunConfig, checkpoint: Checkpoint, t: int) -> None:
+        self.state["counts"] = torch.tensor(list(self.counts.values()), dtype=torch.int64)
+        checkpoint.save(config, t, self.params, self.rows, self.state)
+
+    def method_state(self) -> dict:
+        return {k[len("method."):]: v for k, v in self.state.items() if k.startswith("method.")}
+
+    def add_theory(self, data: RunData, problem, local_models, train: Clients, solvers: np.ndarray) -> None:
+        """Theorem 1's constants of the round just trained, added to its metrics row (theory evaluates
+        every round: the last row is this round's)."""
+        constants, self.state["theory_vector"] = measure_theory(data.model, self.params, problem, local_models, train,
+                                                                solvers, data.eval_train, self.rows[-1],
+                                                                self.state["theory_vector"])
+        self.rows[-1].update(constants)
+
+    def end_round(self, method, ctx: RoundContext, method_state: dict, solvers: np.ndarray, epochs: int) -> None:
+        """After the server's update: the round's traffic counted, the method's state kept, and the
+        solvers' epochs counted (for the authors' shuffle)."""
         down, up = traffic(method, ctx)
-        counts["vectors_down"] += down
-        counts["vectors_up"] += up
-        state.update({f"method.{k}": v for k, v in method_state.items()})
-        if "epochs_done" in state:  # uniform selection: no device twice in a round
-            state["epochs_done"][torch.from_numpy(solvers)] += config.epochs
-    return rows, None, (start or None), True
+        self.counts["vectors_down"] += down
+        self.counts["vectors_up"] += up
+        self.state.update({f"method.{k}": v for k, v in method_state.items()})
+        if "epochs_done" in self.state:  # uniform selection: no device twice in a round
+            self.state["epochs_done"][torch.from_numpy(solvers)] += epochs
+
+
+def sgd_settings(config: RunConfig, state: dict) -> SGDSettings:
+    """The local SGD's settings; the authors' shuffle reads each device's epoch count, which the rounds
+    update in place (RunState.end_round)."""
+    settings = SGDSettings(config.lr, config.epochs, config.batch_size, config.seed)
+    if config.rng == "authors":
+        settings = dataclasses.replace(settings, shuffle="authors", epochs_done=state["epochs_done"].numpy())
+    return settings
+
+
+def steps_of(sizes: np.ndarray, settings: SGDSettings, devices: np.ndarray) -> np.ndarray:
+    """ctx.local_steps: the SGD steps `devices` take."""
+    return local_steps(sizes[devices], settings)
+
+
+def at_round_boundary(stop: StopSignals | None, t: int, start: int) -> bool:
+    """Whether a signal came (then the run stops here, at a round boundary, its state saved)."""
+    if t > start:
+        hold_at_round_boundary(stop, t)
+    stopping = stop is not None and stop.signal is not None
+    if stopping:
+        stop.finishing = True  # the state saved now is all a second signal could still drop
+    return stopping
+
+
+def evaluate_round(config: RunConfig, data: RunData, run: RunState, t: int, exchanges: int, clock: dict) -> dict:
+    """Round t's metrics row: the global model's metrics, and what the run has cost so far (a method
+    exchanging `exchanges` times a round)."""
+    started = time.perf_counter()
+    row = {"round": t, "communication_rounds": t * exchanges, **run.counts,
+           **evaluate(data.model, run.params, data.eval_train, data.eval_test, config.dissimilarity)}
+    clock["evaluation"] += time.perf_counter() - started
+    return row
+
+
+def local_training(method, local_sgd, ctx: RoundContext, method_state: dict, train: Clients,
+                   settings: SGDSettings, counts: dict, clock: dict):
+    """(the local problem, the solvers' local models): the method's own local solver (DONE; no problem),
+    else local SGD on the method's local problem, its per-sample gradients counted."""
+    started = time.perf_counter()
+    if method.local_solver is not None:
+        problem, local_models = None, method.local_solver(ctx, method_state)
+    else:
+        problem = method.local_problem(ctx, method_state)
+        w0 = ctx.params if problem.center is None else problem.center
+        local_models = local_sgd(ctx.model, w0, problem, train, ctx.solvers, settings, ctx.round)
+        anchored = 2 if problem.anchor is not None else 1  # and the same batches' gradients at the anchor
+        counts["gradient_evaluations"] += anchored * local_samples(ctx.sizes[ctx.solvers], settings, problem.steps)
+    clock["local_sgd"] += time.perf_counter() - started
+    return problem, local_models
+
+
+class RoundDraws:
+    """Each round's (gradient devices, solvers) (round_devices), drawn DRAW_AHEAD rounds at a time (each
+    a pure function of the seed and round): drawn one at a time, right after a round's compiled kernel
+    has filled the caches with its data, the same draws run slower (docs/performance.md)."""
+
+    def __init__(self, config: RunConfig, gradients: str, sizes: np.ndarray):
+        self.config, self.gradients, self.sizes, self.drawn = config, gradients, sizes, {}
+
+    def __getitem__(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        if t not in self.drawn:
+            self.drawn = {s: round_devices(self.config, self.gradients, s, self.sizes)
+                          for s in range(t, min(t + DRAW_AHEAD, self.config.rounds))}
+        return self.drawn[t]
+
+    def upcoming(self, t: int) -> np.ndarray | None:
+        """Round t + 1's devices, both subsets (None after the last round)."""
+        return None if t + 1 == self.config.rounds else np.concatenate(self[t + 1])
+
+
+class RoundDevices:
+    """The round's devices' train rows, and what a method may ask of them (RoundContext), every
+    per-sample gradient counted in `counts`: full local gradients at the global model, at other
+    points, and the local Hessians."""
+
+    def __init__(self, data: RunData, counts: dict):
+        self.data, self.counts, self.train = data, counts, None
+
+    def read(self, t: int, gradient_devices: np.ndarray, solvers: np.ndarray, params: torch.Tensor,
+             draws: RoundDraws) -> None:
+        """Round t's rows; streamed, round t + 1's are read ahead meanwhile (RunData.round_train)."""
+        self.train = None  # let go of the last round's rows first: their memory takes this round's (InputPool)
+        upcoming = draws.upcoming(t) if self.data.stream else None
+        self.train = self.data.round_train(np.concatenate([gradient_devices, solvers]), upcoming)
+        self.params = params
+        self.known, self.counted = {}, set()  # a method may ask twice (pipelined FedDANE: to solve, then to aggregate)
+
+    def device_grads(self, devices: np.ndarray) -> torch.Tensor:
+        """ctx.device_grads: full local gradients at the global model, each device's counted once."""
+        key = np.asarray(devices).tobytes()
+        if key not in self.known:
+            self.known[key] = device_grads(self.data.model, self.params, self.train, devices)
+            new = set(np.asarray(devices).tolist()) - self.counted  # a device computes its gradient once
+            self.counts["gradient_evaluations"] += int(self.data.sizes[sorted(new)].sum())
+            self.counted.update(new)
+        return self.known[key]
+
+    def grads_at(self, points: torch.Tensor, devices: np.ndarray) -> torch.Tensor:
+        """ctx.grads_at: full local gradients at one point for all `devices`, or one point each."""
+        devices = np.asarray(devices)
+        self.counts["gradient_evaluations"] += int(self.data.sizes[devices].sum())
+        if points.dim() == self.params.dim():
+            return device_grads(self.data.model, points, self.train, devices)
+        return torch.cat([device_grads(self.data.model, w, self.train, [k]) for w, k in zip(points, devices)])
+
+    def hessians(self, devices: np.ndarray) -> LocalHessians:
+        """ctx.hessians: the devices' local Hessians at the global model."""
+        return LocalHessians(self.data.model, self.params, [self.train.subset([k])[0] for k in devices],
+                             self.count_hessian_products)
+
+    def count_hessian_products(self, samples: int) -> None:
+        # a per-sample Hessian-vector product costs about two gradients
+        self.counts["gradient_evaluations"] += 2 * samples
 
 
 def all_finite(params: torch.Tensor) -> bool:
