@@ -31,9 +31,11 @@ first finishes the round in progress and saves its checkpoint there (fedsim.stop
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import math
 import sys
+from collections.abc import Callable
 
 from . import settings
 from .atomic import write_csv, write_text
@@ -83,8 +85,8 @@ SPELLED = {"options": {"flag": "--option", "type": _method_option, "action": "ap
                                                 "default 0 for the others)"}}
 
 
-def _run_setting_argument(f: dataclasses.Field) -> tuple[str, dict]:
-    """The `train` option of one RunConfig field: its flag and add_argument's keywords."""
+def _run_setting_argument(f: dataclasses.Field) -> tuple[tuple[str], dict]:
+    """The `train` option of one RunConfig field: its flag and add_argument's keywords (as _arg's)."""
     meta, spelled = f.metadata, dict(SPELLED.get(f.name, {}))
     flag = spelled.pop("flag", "--" + f.name.replace("_", "-"))
     kwargs = {"dest": f.name, "help": meta["help"] + spelled.pop("more_help", ""), **spelled}
@@ -103,15 +105,7 @@ def _run_setting_argument(f: dataclasses.Field) -> tuple[str, dict]:
             kwargs["default"] = f.default
             if f.default is not None:
                 kwargs["help"] += f" (default: {f.default})"
-    return flag, kwargs
-
-
-def _add_run_settings(parser) -> None:
-    """One option per RunConfig field (fedsim.settings), in its order: the settings that shape
-    the result first."""
-    for f in dataclasses.fields(RunConfig):
-        flag, kwargs = _run_setting_argument(f)
-        parser.add_argument(flag, **kwargs)
+    return (flag,), kwargs
 
 
 def run_config(args) -> RunConfig:
@@ -424,237 +418,250 @@ FIGURE_HELP = {"figure1": "Figure 1: FedAvg, FedProx, FedDANE per dataset (K = 1
                              "gradients computed"}
 
 
+def _arg(*flags: str, **kwargs) -> tuple[tuple[str, ...], dict]:
+    """One argument of a command: add_argument's flags (or positional name) and keywords."""
+    return flags, kwargs
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One `fedsim` command: its name, help line, the function it runs and its arguments in help
+    order. An argument is _arg's (flags, keywords), or a function called when the parser is built
+    that returns a tuple of them (for defaults read then: the environment, the methods)."""
+    name: str
+    help: str
+    func: Callable[[argparse.Namespace], None]
+    arguments: tuple = ()
+
+
+# Options several commands share.
+OUT = _arg("--out", required=True)
+FIGURE_OUT = _arg("--out", required=True, help="figure .pdf (a .png is written beside it)")
+RUNS = _arg("runs", nargs="+")
+EXPECT_DEVICES = _arg("--expect-devices", type=COUNT,
+                      help="the device count the config declares (a warning if the file has another)")
+PARTITION_SEED = _arg("--seed", type=INDEX, default=PARTITION["seed"])
+
+
+def _tail(**kwargs) -> tuple:
+    """--fraction of the commands that average the tail of each run."""
+    return _arg("--fraction", type=SHARE, default=TAIL_FRACTION, **kwargs)
+
+
+def _partition_train_fraction(when: str = "") -> tuple:
+    return _arg("--train-fraction", type=SHARE, default=PARTITION["train_fraction"],
+                help=f"{when}each device's share of train rows, LEAF's per-user split "
+                     f"(default: {PARTITION['train_fraction']})")
+
+
+def _leaf_options(name: str, sampling: tuple | None = None) -> tuple:
+    """Options every prepare-* command shares; `sampling` = (fraction, min_samples[, train
+    fraction: 0.8]) defaults for the commands that apply LEAF's niid sampling."""
+    options = [_arg("--name", default=name)]
+    if sampling is not None:
+        options += [_arg("--fraction", type=SHARE_OR_ALL, default=sampling[0],
+                         help="LEAF's niid sampling fraction (0: every user)"),
+                    _arg("--min-samples", type=INDEX, default=sampling[1],
+                         help="LEAF's -k: the fewest samples a user may have (see --min-samples-rule)"),
+                    _arg("--min-samples-rule", choices=["more_than", "at_least"], default="more_than",
+                         help="keep users with more than (LEAF before Dec 2019, the paper's) or at least "
+                              "(LEAF since) --min-samples samples"),
+                    _arg("--train-fraction", type=SHARE, default=(*sampling, 0.8)[2])]
+    return (*options, _arg("--seed", type=INDEX, default=0), EXPECT_DEVICES, OUT)
+
+
+def _run_settings() -> tuple:
+    """One `train` option per RunConfig field (fedsim.settings), in its order: the settings that
+    shape the result first."""
+    return tuple(map(_run_setting_argument, dataclasses.fields(RunConfig)))
+
+
+def _progress_option() -> tuple:
+    """--progress-seconds, whose default is the environment's when the parser is built."""
+    return (_arg("--progress-seconds", type=NON_NEGATIVE, default=progress_seconds(),
+                 help="seconds between two progress lines of a running run, at most one a round (default: "
+                      f"${PROGRESS_ENV} or {PROGRESS_SECONDS:g}; the workflow's simulator.progress_seconds)"),)
+
+
+def _tuned_methods_option() -> tuple:
+    """tune's --methods: by default every method with a tuned setting."""
+    tuned = [name for name, e in ENTRIES.items() if e.method.tuned_setting]
+    return (_arg("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)"),)
+
+
+FIGURE_ARGUMENTS = (
+    _arg("--tuned", help="tuned_mu.csv: shows FedDANE at the chosen mu where the runs hold several"),
+    _arg("--metric", choices=["train_loss", "test_acc"], default="train_loss"),
+    _arg("--x-axis", choices=["rounds", "communication_rounds"], default="rounds",
+         help="communication_rounds counts FedDANE's two per round"),
+    FIGURE_OUT, RUNS)
+
+
+COMMANDS = (
+    Command("generate-synthetic", "write a Synthetic(alpha, beta) dataset as HDF5", _generate_synthetic, (
+        _arg("--name", required=True),
+        _arg("--alpha", type=NON_NEGATIVE, default=0.0),
+        _arg("--beta", type=NON_NEGATIVE, default=0.0),
+        _arg("--iid", action="store_true"),
+        _arg("--devices", type=COUNT, default=SYNTHETIC["devices"]),
+        _arg("--features", type=COUNT, default=SYNTHETIC["features"]),
+        _arg("--classes", type=COUNT, default=SYNTHETIC["classes"]),
+        _arg("--train-fraction", type=SHARE, default=SYNTHETIC["train_fraction"]),
+        _arg("--seed", type=INDEX, default=SYNTHETIC["seed"]),
+        OUT)),
+    Command("fetch", "download (or copy) a raw source, checksum-verified", _fetch, (
+        _arg("source", help=f"a source name ({', '.join(SOURCES)}) or a URL"),
+        _arg("--out", required=True, help="destination file (or folder ending with /)"),
+        _arg("--base-url", help="replaces the source's default base URL"),
+        _arg("--sha256", help="expected sha256 (default: the source's recorded checksums)"),
+        _arg("--md5", help="expected md5 (default: the source's recorded checksums)"),
+        _arg("--no-verify", action="store_true", help="check no checksum (the digests are printed)"),
+        _arg("--mirror", help="folder holding the file under its source name (no network)"),
+        _arg("--path", help="a local copy of the file (no network)"),
+        _arg("--retries", type=INDEX, default=4))),
+    Command("prepare-shakespeare", "LEAF's Shakespeare from the Gutenberg e-book, as HDF5", _prepare_shakespeare, (
+        _arg("--raw", required=True, help="the e-book: 1994-01-100.zip, 100.txt or a gzipped copy"),
+        *_leaf_options("shakespeare", sampling=(0.2, 0)))),
+    Command("prepare-sent140", "LEAF's Sent140 from Sentiment140 and GloVe, as HDF5", _prepare_sent140, (
+        _arg("--raw", required=True, help="trainingandtestdata.zip (or one Sentiment140 CSV)"),
+        _arg("--glove", required=True, help="glove.6B.zip (or a GloVe .txt)"),
+        _arg("--dim", type=COUNT, default=300, help="GloVe vector length (the member glove.6B.<dim>d.txt)"),
+        *_leaf_options("sent140", sampling=(0.3, 30)))),
+    Command("prepare-femnist", "FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON or NIST, as HDF5",
+            _prepare_femnist, (
+        _arg("--json", nargs="+", help="LEAF JSON files or folders (searched recursively)"),
+        _arg("--nist", help="NIST SD19 by_class.zip (instead of --json)"),
+        _arg("--variant", choices=["faithful", "corrected"], default="faithful"),
+        _arg("--allow-reuse", action="store_true",
+             help="build from a pool with fewer than 100 images in a class a-j (refused otherwise: "
+                  "devices would repeat images)"),
+        *_leaf_options("femnist"))),
+    Command("prepare-femnist62", "LEAF's own FEMNIST (62 classes, one device per writer) from LEAF "
+                                 "data folders or NIST, as HDF5", _prepare_femnist62, (
+        _arg("--json", nargs="+", help="LEAF data folders, each with train/ and test/ (a writer several hold is "
+                                       "taken from the first with its train rows)"),
+        _arg("--nist", nargs=2, metavar=("BY_CLASS", "BY_WRITE"),
+             help="NIST SD19 by_class.zip and by_write.zip (instead of --json), sampled as LEAF does"),
+        _arg("--test-only", choices=["drop", "keep"], default="drop",
+             help="--json: writers with test rows only are dropped (LEAF's read_data) or kept"),
+        *_leaf_options("femnist62", sampling=(0.05, 0, 0.9)))),
+    Command("partition-dirichlet", "a Dirichlet label partition of a dataset's rows into N devices, as HDF5",
+            _partition_dirichlet, (
+        _arg("--pool", required=True, help="the dataset file whose train and test rows are pooled"),
+        _arg("--devices", type=COUNT, required=True, help="N, the devices the pool is dealt to"),
+        _arg("--alpha", type=POSITIVE, required=True, help="the Dirichlet concentration (above 0)"),
+        _arg("--scheme", choices=SCHEMES, default=PARTITION["scheme"],
+             help="per_class: each class over the devices (flwr-datasets' DirichletPartitioner); per_device: "
+                  f"each device over the classes, equal sizes (Hsu et al. 2019) (default: {PARTITION['scheme']})"),
+        _arg("--min-partition-size", type=COUNT, default=PARTITION["min_partition_size"],
+             help=f"the fewest samples a device may get (default: {PARTITION['min_partition_size']})"),
+        _arg("--self-balancing", action=argparse.BooleanOptionalAction, default=PARTITION["self_balancing"],
+             help="per_class: a device over the mean size gets no more classes (default: on)"),
+        _arg("--max-retries", type=INDEX, default=PARTITION["max_retries"],
+             help="per_class: new draws while a device is under the minimum, then refused "
+                  f"(default: {PARTITION['max_retries']})"),
+        _partition_train_fraction(),
+        PARTITION_SEED,
+        _arg("--repeats", choices=REPEATS, default=PARTITION["repeats"],
+             help="a sample the pool holds more than once: dealt once (drop) or every time (keep; an image "
+                  f"may then train on one device and test on another) (default: {PARTITION['repeats']})"),
+        _arg("--name", default="dirichlet"),
+        OUT)),
+    Command("import-arrays", "a user's .npz of arrays (x, y; optional device, test) as HDF5", _import_arrays, (
+        _arg("--npz", required=True, help="x: n x d features or n x C x H x W images; y: n integer labels; "
+                                          "device: n device ids (none: a pool, one device); test: n booleans"),
+        _partition_train_fraction(when="without `test`: "),
+        PARTITION_SEED,
+        _arg("--classes", type=COUNT, help="number of classes: labels 0 .. classes - 1 (default: largest label + 1)"),
+        _arg("--name", default="arrays"),
+        OUT)),
+    Command("build-dataset", "a dataset of a kind declared in a file of its own (a plugin's "
+                             "kinds/: fedsim.planning.kinds), by its build", _build_dataset, (
+        _arg("--entry", required=True, help="the dataset's config entry as JSON: its kind and the kind's keys"),
+        _arg("--files", nargs="*", default=[], help="the entry's own files (the kind's `own_files`)"),
+        _arg("--name", required=True),
+        OUT)),
+    Command("import-json", "LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5", _import_json, (
+        _arg("--train", required=True, nargs="+", help="train JSON files or folders (.json, .json.gz)"),
+        _arg("--test", required=True, nargs="+", help="test JSON files or folders"),
+        _arg("--kind", choices=["femnist", "shakespeare", "synthetic"],
+             help="how to read a sample (default: told from the first one)"),
+        _arg("--classes", type=COUNT, help="number of classes (default: the kind's; synthetic: largest label + 1)"),
+        _arg("--order", choices=["sorted", "file"], default="sorted",
+             help="device order: sorted user ids (LEAF's and the authors' read_data) or as the files list them"),
+        _arg("--test-only", choices=["drop", "keep"], default="drop",
+             help="users with test data only: dropped (as LEAF's and the authors' read_data) or kept "
+                  "as devices without train rows"),
+        _arg("--name", required=True),
+        EXPECT_DEVICES,
+        OUT)),
+    Command("datasets-table", "devices and samples per device of dataset files: datasets.csv", _datasets_table, (
+        OUT,
+        _arg("datasets", nargs="+", help="dataset HDF5 files"))),
+    Command("cost", "measure the seconds per LSTM step and row the workflow's cost estimate uses", _cost, (
+        _arg("--calibrate", action="store_true", required=True,
+             help="time a few batched SGD steps, an evaluation and full gradients of each LSTM (about a minute)"),
+        _arg("--steps", type=COUNT, default=4, help="SGD steps timed per setting (default: 4)"),
+        _arg("--device", choices=["cpu", "cuda"], default="cpu",
+             help="where to measure: a CPU core (CPU seconds) or the GPU (wall seconds; the estimate then "
+                  "gives that GPU's hours)"),
+        _arg("--out", help="write the constants here as JSON (the workflow reads "
+                           "<results_dir>/benchmarks/cost_calibration.json)"))),
+    Command("train", "run one federated training and write its metrics", _train, (
+        _run_settings,
+        _arg("--checkpoint", help="state file to resume from after a kill (removed when the run completes)"),
+        _arg("--checkpoint-every", type=COUNT, default=settings.CHECKPOINT_EVERY,
+             help=f"rounds between checkpoints (default: {settings.CHECKPOINT_EVERY})"),
+        _arg("--checkpoint-seconds", type=NON_NEGATIVE, default=settings.CHECKPOINT_SECONDS,
+             help=f"and at least this many seconds between them (default: {settings.CHECKPOINT_SECONDS:g}; "
+                  "a shorter run never pays for a save)"),
+        _progress_option,
+        _arg("--metrics", required=True, help="output: per-round metrics CSV"),
+        _arg("--info", required=True, help="output: the run's record (JSON)"))),
+    Command("summarise", "one row per run: runs.csv", _summarise, (
+        _tail(help="the tail columns average this last fraction of each run's rounds"),
+        OUT,
+        _arg("runs", nargs="+", help="run.json files"))),
+    Command("findings", "a figure in numbers: per setting and method, tail means over seeds, min-max, rank",
+            _findings, (
+        _tail(help="the tail: this last fraction of each run's rounds"),
+        OUT,
+        _arg("--across-k", action="store_true",
+             help="rank every K of a dataset in one panel (methods that need every device beside sampling ones)"),
+        _arg("--tuned", help="tuned_mu.csv: says where each tuned value sits in its grid (grid_edge)"),
+        _arg("runs", nargs="+", help="run.json files of one figure (one mu per method and setting)"))),
+    Command("tables", "a figure's findings as the docs' Markdown tables, with their commit and config", _tables, (
+        _arg("--findings", required=True, help="findings_<experiment>.csv"),
+        _arg("--config", default="not given", help="the config that made them, as the line names it"),
+        _arg("--commit", help="the commit that made them (default: the checkout's at --checkout)"),
+        _arg("--checkout", default=".", help="the checkout whose commit to name"),
+        _arg("--source", help="the findings file's path as the line names it (default: --findings)"),
+        _arg("--out", help="the tables (.md); without it, or `-`: on the screen (stdout)"))),
+    Command("tune", "pick each setting's mu by the tail of the training loss", _tune, (
+        _tuned_methods_option, _tail(), OUT, RUNS)),
+    *(Command(name, help_text, _figure, FIGURE_ARGUMENTS) for name, help_text in FIGURE_HELP.items()),
+    Command("theory-figure", "Theorem 1 on the data: rho > 0 and the observed decrease, per dataset and mu",
+            _theory_figure, (
+        FIGURE_OUT,
+        _arg("runs", nargs="+", help="run.json files of runs trained with --theory"))),
+    Command("tuning-figure", "each tuned method's tail training loss against its setting (and client lr), "
+                             "per dataset", _tuning_figure, (
+        _arg("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)"),
+        _arg("--methods", nargs="+", help="the tuned methods to show (default: those --tuned has rows of)"),
+        _tail(), FIGURE_OUT, RUNS)),
+)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    """fedsim's parser: one subcommand per COMMANDS entry, its arguments in their order."""
     parser = argparse.ArgumentParser(prog="fedsim", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("generate-synthetic", help="write a Synthetic(alpha, beta) dataset as HDF5")
-    p.add_argument("--name", required=True)
-    p.add_argument("--alpha", type=NON_NEGATIVE, default=0.0)
-    p.add_argument("--beta", type=NON_NEGATIVE, default=0.0)
-    p.add_argument("--iid", action="store_true")
-    p.add_argument("--devices", type=COUNT, default=SYNTHETIC["devices"])
-    p.add_argument("--features", type=COUNT, default=SYNTHETIC["features"])
-    p.add_argument("--classes", type=COUNT, default=SYNTHETIC["classes"])
-    p.add_argument("--train-fraction", type=SHARE, default=SYNTHETIC["train_fraction"])
-    p.add_argument("--seed", type=INDEX, default=SYNTHETIC["seed"])
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=_generate_synthetic)
-
-    p = sub.add_parser("fetch", help="download (or copy) a raw source, checksum-verified")
-    p.add_argument("source", help=f"a source name ({', '.join(SOURCES)}) or a URL")
-    p.add_argument("--out", required=True, help="destination file (or folder ending with /)")
-    p.add_argument("--base-url", help="replaces the source's default base URL")
-    p.add_argument("--sha256", help="expected sha256 (default: the source's recorded checksums)")
-    p.add_argument("--md5", help="expected md5 (default: the source's recorded checksums)")
-    p.add_argument("--no-verify", action="store_true", help="check no checksum (the digests are printed)")
-    p.add_argument("--mirror", help="folder holding the file under its source name (no network)")
-    p.add_argument("--path", help="a local copy of the file (no network)")
-    p.add_argument("--retries", type=INDEX, default=4)
-    p.set_defaults(func=_fetch)
-
-    def build_args(p, sampling=None):
-        """Arguments every prepare-* command shares; `sampling` = (fraction, min_samples[, train
-        fraction: 0.8]) defaults for the commands that apply LEAF's niid sampling."""
-        p.add_argument("--name", default=p.prog.split("-")[-1])
-        if sampling is not None:
-            p.add_argument("--fraction", type=SHARE_OR_ALL, default=sampling[0],
-                           help="LEAF's niid sampling fraction (0: every user)")
-            p.add_argument("--min-samples", type=INDEX, default=sampling[1],
-                           help="LEAF's -k: the fewest samples a user may have (see --min-samples-rule)")
-            p.add_argument("--min-samples-rule", choices=["more_than", "at_least"], default="more_than",
-                           help="keep users with more than (LEAF before Dec 2019, the paper's) or at least "
-                                "(LEAF since) --min-samples samples")
-            p.add_argument("--train-fraction", type=SHARE, default=(*sampling, 0.8)[2])
-        p.add_argument("--seed", type=INDEX, default=0)
-        p.add_argument("--expect-devices", type=COUNT,
-                       help="the device count the config declares (a warning if the file has another)")
-        p.add_argument("--out", required=True)
-
-    p = sub.add_parser("prepare-shakespeare", help="LEAF's Shakespeare from the Gutenberg e-book, as HDF5")
-    p.add_argument("--raw", required=True, help="the e-book: 1994-01-100.zip, 100.txt or a gzipped copy")
-    build_args(p, sampling=(0.2, 0))
-    p.set_defaults(func=_prepare_shakespeare)
-
-    p = sub.add_parser("prepare-sent140", help="LEAF's Sent140 from Sentiment140 and GloVe, as HDF5")
-    p.add_argument("--raw", required=True, help="trainingandtestdata.zip (or one Sentiment140 CSV)")
-    p.add_argument("--glove", required=True, help="glove.6B.zip (or a GloVe .txt)")
-    p.add_argument("--dim", type=COUNT, default=300, help="GloVe vector length (the member glove.6B.<dim>d.txt)")
-    build_args(p, sampling=(0.3, 30))
-    p.set_defaults(func=_prepare_sent140)
-
-    p = sub.add_parser("prepare-femnist", help="FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON or NIST, as HDF5")
-    p.add_argument("--json", nargs="+", help="LEAF JSON files or folders (searched recursively)")
-    p.add_argument("--nist", help="NIST SD19 by_class.zip (instead of --json)")
-    p.add_argument("--variant", choices=["faithful", "corrected"], default="faithful")
-    p.add_argument("--allow-reuse", action="store_true",
-                   help="build from a pool with fewer than 100 images in a class a-j (refused otherwise: "
-                        "devices would repeat images)")
-    build_args(p)
-    p.set_defaults(func=_prepare_femnist)
-
-    p = sub.add_parser("prepare-femnist62", help="LEAF's own FEMNIST (62 classes, one device per writer) from LEAF "
-                                                 "data folders or NIST, as HDF5")
-    p.add_argument("--json", nargs="+", help="LEAF data folders, each with train/ and test/ (a writer several hold is "
-                                             "taken from the first with its train rows)")
-    p.add_argument("--nist", nargs=2, metavar=("BY_CLASS", "BY_WRITE"),
-                   help="NIST SD19 by_class.zip and by_write.zip (instead of --json), sampled as LEAF does")
-    p.add_argument("--test-only", choices=["drop", "keep"], default="drop",
-                   help="--json: writers with test rows only are dropped (LEAF's read_data) or kept")
-    build_args(p, sampling=(0.05, 0, 0.9))
-    p.set_defaults(func=_prepare_femnist62)
-
-    p = sub.add_parser("partition-dirichlet", help="a Dirichlet label partition of a dataset's rows into N devices, "
-                                                   "as HDF5")
-    p.add_argument("--pool", required=True, help="the dataset file whose train and test rows are pooled")
-    p.add_argument("--devices", type=COUNT, required=True, help="N, the devices the pool is dealt to")
-    p.add_argument("--alpha", type=POSITIVE, required=True, help="the Dirichlet concentration (above 0)")
-    p.add_argument("--scheme", choices=SCHEMES, default=PARTITION["scheme"],
-                   help="per_class: each class over the devices (flwr-datasets' DirichletPartitioner); per_device: "
-                        f"each device over the classes, equal sizes (Hsu et al. 2019) (default: {PARTITION['scheme']})")
-    p.add_argument("--min-partition-size", type=COUNT, default=PARTITION["min_partition_size"],
-                   help=f"the fewest samples a device may get (default: {PARTITION['min_partition_size']})")
-    p.add_argument("--self-balancing", action=argparse.BooleanOptionalAction, default=PARTITION["self_balancing"],
-                   help="per_class: a device over the mean size gets no more classes (default: on)")
-    p.add_argument("--max-retries", type=INDEX, default=PARTITION["max_retries"],
-                   help="per_class: new draws while a device is under the minimum, then refused "
-                        f"(default: {PARTITION['max_retries']})")
-    p.add_argument("--train-fraction", type=SHARE, default=PARTITION["train_fraction"],
-                   help="each device's share of train rows, LEAF's per-user split "
-                        f"(default: {PARTITION['train_fraction']})")
-    p.add_argument("--seed", type=INDEX, default=PARTITION["seed"])
-    p.add_argument("--repeats", choices=REPEATS, default=PARTITION["repeats"],
-                   help="a sample the pool holds more than once: dealt once (drop) or every time (keep; an image "
-                        f"may then train on one device and test on another) (default: {PARTITION['repeats']})")
-    p.add_argument("--name", default="dirichlet")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=_partition_dirichlet)
-
-    p = sub.add_parser("import-arrays", help="a user's .npz of arrays (x, y; optional device, test) as HDF5")
-    p.add_argument("--npz", required=True, help="x: n x d features or n x C x H x W images; y: n integer labels; "
-                                                "device: n device ids (none: a pool, one device); test: n booleans")
-    p.add_argument("--train-fraction", type=SHARE, default=PARTITION["train_fraction"],
-                   help="without `test`: each device's share of train rows, LEAF's per-user split "
-                        f"(default: {PARTITION['train_fraction']})")
-    p.add_argument("--seed", type=INDEX, default=PARTITION["seed"])
-    p.add_argument("--classes", type=COUNT, help="number of classes: labels 0 .. classes - 1 (default: largest label + 1)")
-    p.add_argument("--name", default="arrays")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=_import_arrays)
-
-    p = sub.add_parser("build-dataset", help="a dataset of a kind declared in a file of its own (a plugin's "
-                                             "kinds/: fedsim.planning.kinds), by its build")
-    p.add_argument("--entry", required=True, help="the dataset's config entry as JSON: its kind and the kind's keys")
-    p.add_argument("--files", nargs="*", default=[], help="the entry's own files (the kind's `own_files`)")
-    p.add_argument("--name", required=True)
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=_build_dataset)
-
-    p = sub.add_parser("import-json", help="LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5")
-    p.add_argument("--train", required=True, nargs="+", help="train JSON files or folders (.json, .json.gz)")
-    p.add_argument("--test", required=True, nargs="+", help="test JSON files or folders")
-    p.add_argument("--kind", choices=["femnist", "shakespeare", "synthetic"],
-                   help="how to read a sample (default: told from the first one)")
-    p.add_argument("--classes", type=COUNT, help="number of classes (default: the kind's; synthetic: largest label + 1)")
-    p.add_argument("--order", choices=["sorted", "file"], default="sorted",
-                   help="device order: sorted user ids (LEAF's and the authors' read_data) or as the files list them")
-    p.add_argument("--test-only", choices=["drop", "keep"], default="drop",
-                   help="users with test data only: dropped (as LEAF's and the authors' read_data) or kept "
-                        "as devices without train rows")
-    p.add_argument("--name", required=True)
-    p.add_argument("--expect-devices", type=COUNT,
-                   help="the device count the config declares (a warning if the file has another)")
-    p.add_argument("--out", required=True)
-    p.set_defaults(func=_import_json)
-
-    p = sub.add_parser("datasets-table", help="devices and samples per device of dataset files: datasets.csv")
-    p.add_argument("--out", required=True)
-    p.add_argument("datasets", nargs="+", help="dataset HDF5 files")
-    p.set_defaults(func=_datasets_table)
-
-    p = sub.add_parser("cost", help="measure the seconds per LSTM step and row the workflow's cost estimate uses")
-    p.add_argument("--calibrate", action="store_true", required=True,
-                   help="time a few batched SGD steps, an evaluation and full gradients of each LSTM (about a minute)")
-    p.add_argument("--steps", type=COUNT, default=4, help="SGD steps timed per setting (default: 4)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
-                   help="where to measure: a CPU core (CPU seconds) or the GPU (wall seconds; the estimate then "
-                        "gives that GPU's hours)")
-    p.add_argument("--out", help="write the constants here as JSON (the workflow reads "
-                                 "<results_dir>/benchmarks/cost_calibration.json)")
-    p.set_defaults(func=_cost)
-
-    p = sub.add_parser("train", help="run one federated training and write its metrics")
-    _add_run_settings(p)
-    p.add_argument("--checkpoint", help="state file to resume from after a kill (removed when the run completes)")
-    p.add_argument("--checkpoint-every", type=COUNT, default=settings.CHECKPOINT_EVERY,
-                   help=f"rounds between checkpoints (default: {settings.CHECKPOINT_EVERY})")
-    p.add_argument("--checkpoint-seconds", type=NON_NEGATIVE, default=settings.CHECKPOINT_SECONDS,
-                   help=f"and at least this many seconds between them (default: {settings.CHECKPOINT_SECONDS:g}; "
-                        "a shorter run never pays for a save)")
-    p.add_argument("--progress-seconds", type=NON_NEGATIVE, default=progress_seconds(),
-                   help="seconds between two progress lines of a running run, at most one a round (default: "
-                        f"${PROGRESS_ENV} or {PROGRESS_SECONDS:g}; the workflow's simulator.progress_seconds)")
-    p.add_argument("--metrics", required=True, help="output: per-round metrics CSV")
-    p.add_argument("--info", required=True, help="output: the run's record (JSON)")
-    p.set_defaults(func=_train)
-
-    p = sub.add_parser("summarise", help="one row per run: runs.csv")
-    p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION,
-                   help="the tail columns average this last fraction of each run's rounds")
-    p.add_argument("--out", required=True)
-    p.add_argument("runs", nargs="+", help="run.json files")
-    p.set_defaults(func=_summarise)
-
-    p = sub.add_parser("findings", help="a figure in numbers: per setting and method, tail means over seeds, "
-                                        "min-max, rank")
-    p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION,
-                   help="the tail: this last fraction of each run's rounds")
-    p.add_argument("--out", required=True)
-    p.add_argument("--across-k", action="store_true",
-                   help="rank every K of a dataset in one panel (methods that need every device beside sampling ones)")
-    p.add_argument("--tuned", help="tuned_mu.csv: says where each tuned value sits in its grid (grid_edge)")
-    p.add_argument("runs", nargs="+", help="run.json files of one figure (one mu per method and setting)")
-    p.set_defaults(func=_findings)
-
-    p = sub.add_parser("tables", help="a figure's findings as the docs' Markdown tables, with their commit and config")
-    p.add_argument("--findings", required=True, help="findings_<experiment>.csv")
-    p.add_argument("--config", default="not given", help="the config that made them, as the line names it")
-    p.add_argument("--commit", help="the commit that made them (default: the checkout's at --checkout)")
-    p.add_argument("--checkout", default=".", help="the checkout whose commit to name")
-    p.add_argument("--source", help="the findings file's path as the line names it (default: --findings)")
-    p.add_argument("--out", help="the tables (.md); without it, or `-`: on the screen (stdout)")
-    p.set_defaults(func=_tables)
-
-    tuned = [name for name, e in ENTRIES.items() if e.method.tuned_setting]
-    p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")
-    p.add_argument("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)")
-    p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION)
-    p.add_argument("--out", required=True)
-    p.add_argument("runs", nargs="+")
-    p.set_defaults(func=_tune)
-
-    for name, help_text in FIGURE_HELP.items():
-        p = sub.add_parser(name, help=help_text)
-        p.add_argument("--tuned", help="tuned_mu.csv: shows FedDANE at the chosen mu where the runs hold several")
-        p.add_argument("--metric", choices=["train_loss", "test_acc"], default="train_loss")
-        p.add_argument("--x-axis", choices=["rounds", "communication_rounds"], default="rounds",
-                       help="communication_rounds counts FedDANE's two per round")
-        p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
-        p.add_argument("runs", nargs="+")
-        p.set_defaults(func=_figure)
-
-    p = sub.add_parser("theory-figure", help="Theorem 1 on the data: rho > 0 and the observed decrease, per dataset and mu")
-    p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
-    p.add_argument("runs", nargs="+", help="run.json files of runs trained with --theory")
-    p.set_defaults(func=_theory_figure)
-
-    p = sub.add_parser("tuning-figure", help="each tuned method's tail training loss against its setting (and client lr), per dataset")
-    p.add_argument("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)")
-    p.add_argument("--methods", nargs="+", help="the tuned methods to show (default: those --tuned has rows of)")
-    p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION)
-    p.add_argument("--out", required=True, help="figure .pdf (a .png is written beside it)")
-    p.add_argument("runs", nargs="+")
-    p.set_defaults(func=_tuning_figure)
+    for command in COMMANDS:
+        p = sub.add_parser(command.name, help=command.help)
+        for argument in command.arguments:
+            for flags, kwargs in argument() if callable(argument) else (argument,):
+                p.add_argument(*flags, **copy.deepcopy(kwargs))  # a parser's own default lists
+        p.set_defaults(func=command.func)
     return parser
 
 
