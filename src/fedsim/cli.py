@@ -43,6 +43,7 @@ from .partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
 from .planning.progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
 from .stopping import StopSignals, Stopped, exit_status
+from .styles import LEGEND
 from .synthetic import DEFAULTS as SYNTHETIC
 
 
@@ -625,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="the tables (.md); without it, or `-`: on the screen (stdout)")
     p.set_defaults(func=_tables)
 
-    tuned = [name for name, e in ENTRIES.items() if e.method.tuned_setting]
+    tuned = [name for name in LEGEND if ENTRIES[name].method.tuned_setting]
     p = sub.add_parser("tune", help="pick each setting's mu by the tail of the training loss")
     p.add_argument("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)")
     p.add_argument("--fraction", type=SHARE, default=TAIL_FRACTION)
