@@ -91,9 +91,9 @@ def test_without_out_nothing_is_written(data, tmp_path, monkeypatch):
     ("fedavg", dict(engine="fast"), "bad run setting engine='fast'"),
     ("fedavg", dict(options={"tau": 5}), "bad method option 'tau': fedavg takes none"),
     ("feddane_decayed", dict(options={"tau": -1}), "bad method option tau=-1"),
-    ("fedsgd", {}, "unknown method 'fedsgd'; choose one of fedavg,"),
+    ("fedsgd", {}, "unknown method 'fedsgd'; choose one of dane,"),
     # every name the CLI takes, variants too, and the method a label names
-    ("fedadam", {}, "unknown method 'fedadam' (FedAdam is fedopt); choose one of fedavg, fedprox, feddane, "
+    ("fedadam", {}, "unknown method 'fedadam' (FedAdam is fedopt); choose one of dane, done, fedavg, feddane, "
                     "feddane_authors,"),
     ("fedadagrad", dict(mu=1), "bad run setting mu=1.0: fedadagrad has no proximal term"),
     ("fedavg", dict(clients_per_round=7), "bad run setting clients_per_round=7: 7 is more than the 6 devices"),

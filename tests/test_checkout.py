@@ -34,7 +34,7 @@ def clone_with_a_method_of_its_own(dest: Path, pyproject: str) -> Path:
     (dest / "src" / "fedsim" / "methods" / "local_only.py").write_text(
         '"""FedAvg under another name: a method only this checkout has."""\n\n'
         "from . import Method, fedavg\n\n"
-        'METHOD = Method(name="local_only", label="Only here", color="black", local_problem=fedavg.local_problem)\n')
+        'METHOD = Method(name="local_only", label="Only here", local_problem=fedavg.local_problem)\n')
     (dest / "tests").mkdir()
     (dest / "tests" / "test_clone.py").write_text(CLONE_TEST)
     return dest

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim import cli, figures
+from fedsim import cli, figures, styles
 from fedsim.methods import ENTRIES
 from fedsim.train import read_run, write_run
 
@@ -190,20 +190,35 @@ def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(t
     """FedProx at mu = 1 equal to FedAvg (Figure 3's sets): two patterns, both visible."""
     figures.FIGURES["figure3"](panel_runs(tmp_path, seeds=(0, 1)), None, tmp_path / "f.pdf")
     ax = drawn[0].axes[0]
-    styles = {label: dashes(line) for label, line in lines(ax).items()}
-    assert styles["FedAvg"] != styles["FedProx (μ=1)"] and len(set(styles.values())) == 3
+    patterns = {label: dashes(line) for label, line in lines(ax).items()}
+    assert patterns["FedAvg"] != patterns["FedProx (μ=1)"] and len(set(patterns.values())) == 3
     assert drawn[0]._suptitle.get_text().endswith("line: mean of 2 seeds, band: min-max")
 
 
 def test_every_method_and_variant_has_a_colour_and_a_dash_pattern_of_its_own():
-    """Each entry of the registry (methods and variants) declares its style: no two share a colour,
-    and no two a dash pattern, even one begun at another dash."""
-    colours = {name: matplotlib.colors.to_rgba(e.color) for name, e in ENTRIES.items()}
-    patterns = {name: canonical(e.dashes) for name, e in ENTRIES.items()}
-    for styles in (colours, patterns):
-        shared = {s: [n for n in styles if styles[n] == s] for s in styles.values()}
+    """fedsim.styles declares a style for each entry of the registry (methods and variants), and for
+    nothing else: no two share a colour, and no two a dash pattern, even one begun at another dash;
+    no fallback colour is a declared one."""
+    assert list(styles.STYLES) == list(styles.LEGEND) and set(styles.STYLES) == set(ENTRIES)
+    colours = {name: matplotlib.colors.to_rgba(s.color) for name, s in styles.STYLES.items()}
+    patterns = {name: canonical(s.dashes) for name, s in styles.STYLES.items()}
+    for declared in (colours, patterns):
+        shared = {s: [n for n in declared if declared[n] == s] for s in declared.values()}
         assert all(len(names) == 1 for names in shared.values()), [n for n in shared.values() if len(n) > 1]
-    assert all(len(e.dashes) % 2 == 0 and all(x > 0 for x in e.dashes) for e in ENTRIES.values())
+    assert all(len(s.dashes) % 2 == 0 and all(x > 0 for x in s.dashes) for s in styles.STYLES.values())
+    assert {matplotlib.colors.to_rgba(c) for c in styles.FALLBACK_COLORS}.isdisjoint(colours.values())
+    assert len(set(styles.FALLBACK_COLORS)) == len(styles.FALLBACK_COLORS)
+
+
+def test_a_method_without_a_declared_style_draws_solid_in_a_stable_colour_after_the_others(monkeypatch):
+    """A plugin's method (or variant) fedsim.styles does not name: a fallback colour from its name
+    alone (the same in every process), a solid line, in legends after every declared entry."""
+    fallback = styles.style("local_only")
+    assert fallback == styles.style("local_only") and fallback.dashes == ()
+    assert fallback.color == styles.FALLBACK_COLORS[3703986563 % len(styles.FALLBACK_COLORS)]  # crc32, not hash()
+    assert styles.style("fedprox") is styles.STYLES["fedprox"]
+    monkeypatch.setattr(styles, "ENTRIES", {"aaa_plugin": None, **ENTRIES, "local_only": None})
+    assert styles._legend() == (*styles.STYLES, "aaa_plugin", "local_only")
 
 
 def test_a_curves_style_is_its_methods_whatever_else_is_drawn(tmp_path, drawn):
@@ -213,10 +228,12 @@ def test_a_curves_style_is_its_methods_whatever_else_is_drawn(tmp_path, drawn):
                   for m in ("scaffold", "feddane_decayed", "feddane_pipelined", "feddane_exact_gradient")]
     for runs in (few, many):
         figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
-    styles = [{label: (line.get_color(), dashes(line)) for label, line in lines(fig.axes[0]).items()} for fig in drawn]
-    assert styles[0]["FedProx (μ=1)"] == styles[1]["FedProx (μ=1)"] == (ENTRIES["fedprox"].color, ENTRIES["fedprox"].dashes)
-    assert styles[1]["FedAvg"] == (ENTRIES["fedavg"].color, ())
-    assert len(set(styles[1].values())) == len(styles[1]) == 6
+    drawn_styles = [{label: (line.get_color(), dashes(line)) for label, line in lines(fig.axes[0]).items()}
+                    for fig in drawn]
+    fedprox, fedavg = styles.style("fedprox"), styles.style("fedavg")
+    assert drawn_styles[0]["FedProx (μ=1)"] == drawn_styles[1]["FedProx (μ=1)"] == (fedprox.color, fedprox.dashes)
+    assert drawn_styles[1]["FedAvg"] == (fedavg.color, ())
+    assert len(set(drawn_styles[1].values())) == len(drawn_styles[1]) == 6
 
 
 def test_test_accuracy_and_communication_rounds(tmp_path, drawn):

@@ -39,6 +39,10 @@ LAYERS = [
                   "fedsim.metrics"]),
     ("run parts", ["fedsim.theory", "fedsim.checkpoint", "fedsim.machine"]),
     ("run", ["fedsim.train"]),
+    # How methods look in the figures and where they stand in legends (fedsim.styles): above the run, so a
+    # change of colour changes no training job's code fingerprint; below the planning, whose captions
+    # name methods in legend order
+    ("presentation", ["fedsim.styles"]),
     # The workflow's planning stands above the simulator it plans for: no training code imports it, so
     # editing the cost model or the runs table changes no training job's code fingerprint (fedsim.planning.jobs)
     # and reruns no run. It must not reach down into torch either: TORCH_FREE below.
@@ -55,7 +59,8 @@ LAYERS = [
 # `import torch` in them at any depth, and nothing they import (at any depth) loads torch.
 TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.settings", "fedsim.stopping", "fedsim.planning", "fedsim.planning.kinds",
               "fedsim.planning.experiments", "fedsim.planning.configcheck", "fedsim.planning.jobs", "fedsim.planning.cost",
-              "fedsim.planning.progress", "fedsim.planning.rescheduling", "fedsim.planning.captions"]
+              "fedsim.planning.progress", "fedsim.planning.rescheduling", "fedsim.planning.captions",
+              "fedsim.styles"]
 
 
 def modules(src: Path) -> dict[str, Path]:

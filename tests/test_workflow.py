@@ -666,7 +666,7 @@ def test_a_workflow_runs_its_own_checkouts_code(tmp_path):
     (workdir / "src" / "fedsim" / "methods" / "local_only.py").write_text(
         '"""FedAvg under another name: a method only this checkout has."""\n\n'
         "from . import Method, fedavg\n\n"
-        'METHOD = Method(name="local_only", label="Only here", color="black", local_problem=fedavg.local_problem)\n')
+        'METHOD = Method(name="local_only", label="Only here", local_problem=fedavg.local_problem)\n')
     cfg = tiny_config()
     cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=2)}
     cfg["experiments"] = {"figure1": {"figure": "figure1", "datasets": ["synthetic_iid"],

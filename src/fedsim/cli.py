@@ -45,6 +45,7 @@ from .partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
 from .planning.progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
 from .stopping import StopSignals, Stopped, exit_status
+from .styles import LEGEND
 from .synthetic import DEFAULTS as SYNTHETIC
 
 
@@ -484,8 +485,8 @@ def _progress_option() -> tuple:
 
 
 def _tuned_methods_option() -> tuple:
-    """tune's --methods: by default every method with a tuned setting."""
-    tuned = [name for name, e in ENTRIES.items() if e.method.tuned_setting]
+    """tune's --methods: by default every method with a tuned setting, in legend order."""
+    tuned = [name for name in LEGEND if ENTRIES[name].method.tuned_setting]
     return (_arg("--methods", nargs="+", default=tuned, help="the methods to tune (those with runs)"),)
 
 

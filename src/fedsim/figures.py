@@ -28,8 +28,9 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from .atomic import atomic_path  # noqa: E402
-from .methods import COLORS, ENTRIES, FAMILIES, LABELS, setting_value, variant_of  # noqa: E402
+from .methods import ENTRIES, FAMILIES, LABELS, setting_value, variant_of  # noqa: E402
 from .settings import TAIL_FRACTION  # noqa: E402
+from .styles import COLORS, LEGEND, LINESTYLES  # noqa: E402
 from .summary import tail_mean, tuning_scores  # noqa: E402
 from .records import read_run  # noqa: E402
 
@@ -39,13 +40,13 @@ X_AXES = {"rounds": ("round", "# rounds"),
           "vectors": ("vectors", "model-sized vectors sent (down + up, all devices)"),
           "gradient_evaluations": ("gradient_evaluations", "per-sample gradients computed (all devices)")}
 BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
-# Each method's and variant's dash pattern as its file declares it, on top of its colour: curves that
-# coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay visible as two patterns.
-LINESTYLES = {name: (0, e.dashes) if e.dashes else "-" for name, e in ENTRIES.items()}
+# Each method's and variant's colour, dash pattern (LINESTYLES) and place in legends (LEGEND) are
+# fedsim.styles': curves that coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay
+# visible as two patterns.
 REFERENCE_COLOR = "0.55"  # the field's best beside a family's curves (the successors' figure)
 MIN_WIDTH = 5.5  # inches: a one-panel figure still holds its title and legend
 LEGEND_DROP_PT = 30  # a panel's legend starts this far below its axes: under tick labels and x label
-TUNED = tuple(name for name, e in ENTRIES.items() if e.method.tuned_setting)
+TUNED = tuple(name for name in LEGEND if ENTRIES[name].method.tuned_setting)
 SYMBOLS = {"mu": "μ", "alpha": "α", "lambda": "λ", "server_lr": "η_s", "eps": "ε", "p": "p"}  # a setting's name in legends
 
 
@@ -256,7 +257,7 @@ def curve_label(method: str, record: dict, panel_k=None, show_lr: bool = False) 
 def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=None, log_x: bool = False,
            y_top: float | None = None) -> float | None:
     """Draw one panel's curves; returns its loss range's top (None for accuracy)."""
-    lines, curves = {}, {m: c for m in LABELS if (c := _method_runs(runs, m, tuned))}
+    lines, curves = {}, {m: c for m in LEGEND if (c := _method_runs(runs, m, tuned))}
     show_lr = len({record["config"]["lr"] for _, record in runs}) > 1 or _lr_tuned(tuned, runs)
     for method, selected in curves.items():
         label = curve_label(method, selected[0][1], panel_k, show_lr)
@@ -372,7 +373,7 @@ def successors_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
     for run in runs:
         panels.setdefault(run[1]["dataset"]["name"], []).append(run)
     keys = sorted(panels, key=lambda key: panel_order(panels[key][0][1]))
-    curves = {key: {m: c for m in LABELS if (c := _method_runs(panels[key], m, tuned))} for key in keys}
+    curves = {key: {m: c for m in LEGEND if (c := _method_runs(panels[key], m, tuned))} for key in keys}
     families = _families({m for drawn in curves.values() for m in drawn})
     panel_k = min(r["config"]["clients_per_round"] for _, r in runs)  # the sampling methods' K
     per_row = max(1, 4 // len(keys))  # blocks side by side while the figure stays 4 panels wide
@@ -395,7 +396,7 @@ def successors_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str =
 def _families(methods) -> dict[str, list[str]]:
     """The drawn methods (entries' names) by family, in legend order."""
     families: dict[str, list[str]] = {}
-    for name in LABELS:
+    for name in LEGEND:
         if name in methods:
             families.setdefault(ENTRIES[name].family, []).append(name)
     return families
@@ -566,7 +567,7 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
     runs = load_runs(info_paths)
     if methods is None:
         named = {variant_of(row) for row in tuned.to_dict("records")} if tuned is not None else set()
-        methods = [m for m in ENTRIES if m in named] or TUNED  # in legend order
+        methods = [m for m in LEGEND if m in named] or TUNED  # in legend order
     profiles = tuning_profiles(tuning_scores(runs, methods, fraction), tuned)
     first = {r["dataset"]["name"]: r for _, r in reversed(runs)}
     datasets = sorted(set(profiles["dataset"]), key=lambda name: panel_order(first[name]))

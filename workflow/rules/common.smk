@@ -30,7 +30,7 @@ from fedsim.planning.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES, USES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
-METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), in legend order
+METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), by name
 # --config's nested values arrive as text ('20'): typed as a config file would type them. Only
 # those: config_settings.config holds what --config gave (overwrite_config mixes in the --configfile
 # files, where a quoted '10' is the user's text and the check refuses it).

@@ -19,12 +19,13 @@ execution strategy the run picked. w0 is the global model unless the method name
 state and per-device tables, as SCAFFOLD's control variates); the run checkpoints it with the
 model, so a resumed run ends bit-identical.
 
-A method module ends with `METHOD = Method(...)`: its name, label, colour, dash pattern and family
-in the figures, exchanges per round, the vectors each device sends and receives (`traffic`), which
-devices send full gradients first, whether every device must take part, how its mu (or the one option it is
+A method module ends with `METHOD = Method(...)`: its name, label and family in the figures,
+exchanges per round, the vectors each device sends and receives (`traffic`), which devices send
+full gradients first, whether every device must take part, how its mu (or the one option it is
 tuned over) is chosen, its settings (`options`) and named variants. The CLI, the run settings, the workflow (its schema,
 its runs and their mu) and the figures read REGISTRY, which holds every module here that
-declares a METHOD: adding a method is one file plus its test (scaffold.py is the example).
+declares a METHOD: adding a method is one file plus its test (scaffold.py is the example). How it
+looks (colour, dash pattern, place in legends) is no part of it: fedsim.styles declares that, by name.
 
 No module here imports torch: the workflow reads the registry at start-up, and a second of
 torch import there would be paid by every `snakemake` call. Tensors arrive from the run.
@@ -185,10 +186,8 @@ class Variant:
     """A method with some of its options set, under its own name (a curve of its own)."""
 
     label: str
-    color: str
     options: dict
     mclr_only: bool = False   # defined for the MCLR models only
-    dashes: tuple = ()        # its curves' dash pattern, as Method.dashes
 
 
 def no_state(params, num_devices: int) -> dict:
@@ -236,11 +235,7 @@ def traffic(method: "Method", ctx: RoundContext) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Method:
     name: str
-    label: str
-    color: str                        # its curves' colour in every figure
-    # its curves' dash pattern in every figure: on, off, ... lengths in line widths; () solid. Each
-    # method and variant its own (tests/test_figures.py), so that curves that coincide stay two
-    dashes: tuple = ()
+    label: str                        # its name in figures, tables and captions (its look: fedsim.styles)
     family: str | None = None         # one of FAMILIES; None: a family of its own
     local_problem: Callable | None = None  # what the engines solve by SGD; or, instead,
     local_solver: Callable | None = None   # (ctx, state) -> local models: a local solver of the method's own
@@ -251,7 +246,6 @@ class Method:
     mu: str = "none"                  # see MU_CHOICES
     options: dict = field(default_factory=dict)   # name -> Option
     variants: dict = field(default_factory=dict)  # name -> Variant
-    order: int = 100                  # place in legends and tables
     down: int = 1                     # vectors each solver receives per round (the model included)
     up: int = 1                       # vectors each solver sends per round (its model included)
     full_participation: bool = False  # every device, every round: K = N, uniform selection
@@ -287,7 +281,8 @@ class Method:
 
 
 def _discover() -> tuple[dict[str, Method], dict[str, set]]:
-    """Every method module's METHOD, in legend order, and the method modules each one imports."""
+    """Every method module's METHOD, by name (legend order is fedsim.styles'), and the method modules
+    each one imports."""
     modules = {info.name: importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)}
     found, uses = [], {}
     for name, module in modules.items():
@@ -297,7 +292,7 @@ def _discover() -> tuple[dict[str, Method], dict[str, set]]:
                 raise ImportError(f"fedsim/methods/{name}.py declares a method named {method.name!r}: name it {name!r}")
             found.append(method)
             uses[name] = {name} | {n for n, m in modules.items() if any(v is m for v in vars(module).values())}
-    return {m.name: m for m in sorted(found, key=lambda m: (m.order, m.name))}, uses
+    return {m.name: m for m in sorted(found, key=lambda m: m.name)}, uses
 
 
 REGISTRY, USES = _discover()  # USES[name]: the method modules (its own included) a method's code is in
@@ -310,8 +305,6 @@ class Entry:
     name: str
     method: Method
     label: str
-    color: str
-    dashes: tuple             # its dash pattern (Method.dashes)
     options: dict             # the options it fixes
     mclr_only: bool = False
 
@@ -324,17 +317,14 @@ class Entry:
 def _entries() -> dict[str, Entry]:
     entries = {}
     for method in REGISTRY.values():
-        entries[method.name] = Entry(method.name, method, method.label, method.color, method.dashes, {},
-                                     method.mclr_only)
+        entries[method.name] = Entry(method.name, method, method.label, {}, method.mclr_only)
         for name, v in method.variants.items():
-            entries[name] = Entry(name, method, v.label, v.color, v.dashes, dict(v.options),
-                                  v.mclr_only or method.mclr_only)
+            entries[name] = Entry(name, method, v.label, dict(v.options), v.mclr_only or method.mclr_only)
     return entries
 
 
-ENTRIES: dict[str, Entry] = _entries()   # methods and variants, in legend order
+ENTRIES: dict[str, Entry] = _entries()   # methods by name, each one's variants after it
 LABELS = {name: e.label for name, e in ENTRIES.items()}
-COLORS = {name: e.color for name, e in ENTRIES.items()}
 
 
 def get_method(name: str) -> Method:

@@ -30,9 +30,9 @@ def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
 
 
 METHOD = Method(
-    name="dane", label="DANE", color="tab:olive", dashes=(9, 2.5), family="dane",
+    name="dane", label="DANE", family="dane",
     local_problem=local_problem, exchanges=2,
-    gradients="all", mu="tuned", order=80, down=2, up=1,  # the model, then g down; the model up
+    gradients="all", mu="tuned", down=2, up=1,  # the model, then g down; the model up
     full_participation=True,
     options={"eta": Option(1.0, "weight of the global gradient in the linear term (1: FedDANE's)", above=0.0)},
 )

@@ -59,9 +59,9 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="done", label="DONE", color="darkgreen", dashes=(4, 1.5, 4, 1.5, 1, 1.5), family="dane",
+    name="done", label="DONE", family="dane",
     local_solver=local_solver, server_update=server_update,
-    exchanges=2, gradients="all", full_participation=True, mclr_only=True, order=130, tuned="alpha",
+    exchanges=2, gradients="all", full_participation=True, mclr_only=True, tuned="alpha",
     down=2, up=1,  # the model and g down, d_k up (and the gradient exchange: fedsim.methods.traffic)
     options={
         "alpha": Option(0.003, "Richardson step size alpha (< 2 / lambda_max of the local Hessians)", above=0.0,

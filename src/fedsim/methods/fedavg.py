@@ -7,5 +7,4 @@ def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
     return LocalProblem(mu=0.0, correction=None)
 
 
-METHOD = Method(name="fedavg", label="FedAvg", color="tab:blue", family="averaging",
-                local_problem=local_problem, order=10)
+METHOD = Method(name="fedavg", label="FedAvg", family="averaging", local_problem=local_problem)

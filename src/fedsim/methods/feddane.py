@@ -62,11 +62,10 @@ def authors_subtrahend(model, own):
 
 
 METHOD = Method(
-    name="feddane", label="FedDANE", color="tab:red", dashes=(6, 1.5, 1, 1.5), family="dane",
+    name="feddane", label="FedDANE", family="dane",
     local_problem=local_problem, exchanges=2,
-    gradients="sampled", mu="tuned", order=30, down=2,  # the model, then g_t
+    gradients="sampled", mu="tuned", down=2,  # the model, then g_t
     options={"correction": Option("exact", "the linear term: the paper's (exact) or the authors' code's",
                                   choices=CORRECTIONS)},
-    variants={"feddane_authors": Variant("FedDANE, authors' code", "tab:orange", {"correction": "authors"},
-                                         mclr_only=True, dashes=(1, 1.5))},
+    variants={"feddane_authors": Variant("FedDANE, authors' code", {"correction": "authors"}, mclr_only=True)},
 )

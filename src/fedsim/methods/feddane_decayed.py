@@ -22,9 +22,9 @@ def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
 
 
 METHOD = Method(
-    name="feddane_decayed", label="FedDANE, decayed", color="tab:brown", dashes=(9, 2, 1, 2, 1, 2), family="dane",
+    name="feddane_decayed", label="FedDANE, decayed", family="dane",
     local_problem=local_problem,
-    exchanges=2, gradients="sampled", mu="tuned", order=50, down=2,
+    exchanges=2, gradients="sampled", mu="tuned", down=2,
     options={"tau": Option(20.0, "rounds until the correction term is halved (s_t = 1/(1 + t/tau))",
                            above=0.0)},
 )

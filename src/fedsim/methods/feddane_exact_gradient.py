@@ -15,6 +15,6 @@ def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
 
 
 METHOD = Method(
-    name="feddane_exact_gradient", label="FedDANE, exact gradient", color="tab:gray", dashes=(14, 2), family="dane",
-    local_problem=local_problem, exchanges=2, gradients="all", mu="tuned", order=70, down=2,
+    name="feddane_exact_gradient", label="FedDANE, exact gradient", family="dane",
+    local_problem=local_problem, exchanges=2, gradients="all", mu="tuned", down=2,
 )

@@ -31,8 +31,8 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="feddane_pipelined", label="FedDANE, pipelined", color="tab:pink", dashes=(2, 1.5), family="dane",
+    name="feddane_pipelined", label="FedDANE, pipelined", family="dane",
     local_problem=local_problem,
-    server_update=server_update, init=init, exchanges=1, mu="tuned", order=60,
+    server_update=server_update, init=init, exchanges=1, mu="tuned",
     down=2, up=2,  # the model and g_{t-1} down, the model and grad F_k(w^{t-1}) up
 )

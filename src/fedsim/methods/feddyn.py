@@ -78,9 +78,9 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="feddyn", label="FedDyn", color="teal", dashes=(9, 2, 1, 2), family="drift",
+    name="feddyn", label="FedDyn", family="drift",
     local_problem=local_problem, server_update=server_update,
-    init=init, order=85, down=1, up=1, tuned="alpha",  # theta^{t-1} down, theta_k up
+    init=init, down=1, up=1, tuned="alpha",  # theta^{t-1} down, theta_k up
     options={
         "alpha": Option(0.01, "regularisation weight alpha", above=0.0, grid=(0.001, 0.01, 0.1, 1.0)),
         "reported": Option("paper", "the model evaluated and returned: theta^t (paper) or the mean of the "

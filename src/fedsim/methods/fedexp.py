@@ -73,9 +73,9 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="fedexp", label="FedExP", color="magenta", dashes=(8, 4), family="server",
+    name="fedexp", label="FedExP", family="server",
     local_problem=local_problem, server_update=server_update,
-    init=init, order=110, down=1, up=1, tuned="eps",
+    init=init, down=1, up=1, tuned="eps",
     options={
         "eps": Option(0.1, "eps in eta_g's denominator ||Delta_bar||^2 + eps", above=0.0,
                       grid=(0.001, 0.01, 0.1, 1.0, 10.0)),

@@ -55,9 +55,9 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="fednova", label="FedNova", color="goldenrod", dashes=(6, 1.5, 1, 1.5, 1, 1.5), family="averaging",
+    name="fednova", label="FedNova", family="averaging",
     local_problem=local_problem, server_update=server_update,
-    order=95, down=1, up=1,  # the model down; the model (and the scalar tau_k) up
+    down=1, up=1,  # the model down; the model (and the scalar tau_k) up
     options={"tau_eff": Option("paper", "tau_eff with mu > 0: sum p_k a_k (paper) or sum p_k tau_k (authors)",
                                choices=CHOICES)},
 )

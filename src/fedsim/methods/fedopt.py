@@ -84,8 +84,8 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="fedopt", label="FedAdam", color="black", dashes=(3, 1.5), family="server", local_problem=local_problem,
-    server_update=server_update, init=init, order=100, down=1, up=1, tuned="server_lr",
+    name="fedopt", label="FedAdam", family="server", local_problem=local_problem,
+    server_update=server_update, init=init, down=1, up=1, tuned="server_lr",
     options={
         "optimizer": Option("adam", "the server optimiser (v's update)", choices=OPTIMIZERS),
         "server_lr": Option(0.01, "server learning rate eta", above=0.0, grid=(0.001, 0.01, 0.1, 1.0, 10.0)),
@@ -99,7 +99,7 @@ METHOD = Method(
                                   choices=("none", "kingma", "flower")),
     },
     variants={
-        "fedadagrad": Variant("FedAdagrad", "yellowgreen", {"optimizer": "adagrad"}, dashes=(2, 1.5, 2, 1.5, 8, 1.5)),
-        "fedyogi": Variant("FedYogi", "deepskyblue", {"optimizer": "yogi"}, dashes=(2, 3)),
+        "fedadagrad": Variant("FedAdagrad", {"optimizer": "adagrad"}),
+        "fedyogi": Variant("FedYogi", {"optimizer": "yogi"}),
     },
 )

@@ -12,6 +12,5 @@ def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
     return LocalProblem(mu=float(ctx.mu), correction=None)
 
 
-METHOD = Method(name="fedprox", label="FedProx", color="tab:green", dashes=(4, 1.5), family="averaging",
-                local_problem=local_problem, mu="fixed",
-                order=20)
+METHOD = Method(name="fedprox", label="FedProx", family="averaging",
+                local_problem=local_problem, mu="fixed")

@@ -34,9 +34,9 @@ def local_problem(ctx: RoundContext, state: dict) -> LocalProblem:
 
 
 METHOD = Method(
-    name="mime", label="Mime", color="sienna", dashes=(12, 2, 3, 2, 3, 2), family="drift",
+    name="mime", label="Mime", family="drift",
     local_problem=local_problem, server_update=mimelite.server_update,
-    init=mimelite.init, exchanges=2, order=125, down=3, up=2, tuned="server_lr",  # (x, m, c) down; grad, y_k up
+    init=mimelite.init, exchanges=2, down=3, up=2, tuned="server_lr",  # (x, m, c) down; grad, y_k up
     options={**mimelite.METHOD.options,
              "correction": Option("svrg", "each local step's SVRG-style correction (svrg), or none: MimeLite",
                                   choices=CORRECTIONS)},

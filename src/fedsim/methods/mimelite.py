@@ -61,9 +61,9 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="mimelite", label="MimeLite", color="maroon", dashes=(1, 1.5, 1, 1.5, 1, 4), family="drift",
+    name="mimelite", label="MimeLite", family="drift",
     local_problem=local_problem, server_update=server_update,
-    init=init, order=120, down=2, up=2, tuned="server_lr",  # (x, m) down; (y_k, grad F_k(x)) up
+    init=init, down=2, up=2, tuned="server_lr",  # (x, m) down; (y_k, grad F_k(x)) up
     options={
         "beta": Option(0.9, "momentum of the base optimiser (optax's trace)", at_least=0.0, below=1.0),
         "server_lr": Option(1.0, "server learning rate: x <- x - server_lr mean(x - y_k)", above=0.0,

@@ -55,9 +55,9 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="scaffnew", label="Scaffnew", color="olivedrab", dashes=(6, 3, 1, 3), family="drift",
+    name="scaffnew", label="Scaffnew", family="drift",
     local_problem=local_problem, server_update=server_update,
-    init=init, full_participation=True, order=140, tuned="p",  # x down, x_k - (gamma/p) h_k up
+    init=init, full_participation=True, tuned="p",  # x down, x_k - (gamma/p) h_k up
     options={
         "p": Option(0.01, "probability of communicating after a local step (mean local steps 1/p)", above=0.0, at_most=1.0,
                     grid=(0.002, 0.005, 0.01, 0.02, 0.05)),

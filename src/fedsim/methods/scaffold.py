@@ -49,8 +49,8 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="scaffold", label="SCAFFOLD", color="tab:purple", dashes=(4, 4), family="drift",
+    name="scaffold", label="SCAFFOLD", family="drift",
     local_problem=local_problem,
-    server_update=server_update, init=init, order=40, down=2, up=2,  # (model, c) down, (model, c_k change) up
+    server_update=server_update, init=init, down=2, up=2,  # (model, c) down, (model, c_k change) up
     options={"server_lr": Option(1.0, "server learning rate eta_g", above=0.0)},
 )

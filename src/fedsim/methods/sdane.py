@@ -116,9 +116,9 @@ def server_update(ctx: RoundContext, state: dict, local_models):
 
 
 METHOD = Method(
-    name="sdane", label="S-DANE", color="tab:cyan", dashes=(1, 3), family="dane",
+    name="sdane", label="S-DANE", family="dane",
     local_problem=local_problem, server_update=server_update,
-    init=init, exchanges=2, order=90, tuned="lambda",
+    init=init, exchanges=2, tuned="lambda",
     down=2, up=3,  # y, then the mean gradient, down; grad f_k(y), then w_k and grad f_k(w_k), up
     options={
         "lambda": Option(1.0, "the proximal weight lambda of the local problem (1/lambda: the proximal step)",
@@ -128,5 +128,5 @@ METHOD = Method(
         "adaptive": Option(False, "adapt lambda by their line search (halve on accept, double and retry on "
                                   "reject); every device each round"),
     },
-    variants={"sdane_accelerated": Variant("Acc-S-DANE", "midnightblue", {"accelerated": True}, dashes=(9, 2, 3, 2))},
+    variants={"sdane_accelerated": Variant("Acc-S-DANE", {"accelerated": True})},
 )

@@ -16,6 +16,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ..methods import ENTRIES, resolve
+from ..styles import in_legend_order
 from . import experiments as ex
 from .jobs import method_options
 from .kinds import KINDS, trains_linear_softmax
@@ -98,7 +99,7 @@ def labels(methods) -> str:
 
 def _in_order(methods) -> list[str]:
     """Methods (and variants) in legend order, once each."""
-    return [m for m in ENTRIES if m in set(methods)]
+    return in_legend_order(methods)
 
 
 def is_papers(cfg, experiment) -> bool:

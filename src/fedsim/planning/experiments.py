@@ -17,6 +17,7 @@ import pandas as pd
 
 from ..methods import ENTRIES
 from ..settings import clients_per_round_problem
+from ..styles import in_legend_order
 from .kinds import model_tag, sources, trains_linear_softmax
 from ..synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
 
@@ -216,7 +217,7 @@ def tuned_methods(cfg) -> list[str]:
     """The methods that are tuned (their setting, the registry says which, or their lr, an experiment's lr
     grid), among those the experiments run."""
     used = {m for name, exp in cfg["experiments"].items() for m in exp["methods"] if tunes(cfg, m, name)}
-    return [m for m in ENTRIES if m in used]
+    return in_legend_order(used)
 
 
 def mu_source(cfg, experiment) -> str:
