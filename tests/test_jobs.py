@@ -94,6 +94,23 @@ def test_a_runs_model_is_fingerprinted_with_what_it_imports_and_a_plugins_by_its
     assert os.stat(path).st_mtime > 1
 
 
+def test_a_methods_runs_are_fingerprinted_with_its_modules_and_a_plugins_by_its_file(tmp_path, monkeypatch):
+    """A fedsim method: train's code with its own module and those it builds on; a user's own method
+    (FEDSIM_PLUGINS): its file, wherever it is, beside train's code with the fedsim methods it uses."""
+    package = Path(jobs.__file__).resolve().parents[1]
+    monkeypatch.chdir(package.parents[1])
+    paths = jobs.method_fingerprint(package, tmp_path / "code", "feddane_decayed")
+    assert [Path(p).name for p in paths] == ["train+methods.feddane+methods.feddane_decayed.txt"]
+    own = tmp_path / "plugins" / "methods" / "mine.py"
+    own.parent.mkdir(parents=True)
+    own.write_text("from fedsim.methods import fedavg\n")
+    monkeypatch.setitem(jobs.USES, "mine", {"mine", "fedavg"})
+    monkeypatch.setitem(jobs.PLUGIN_METHOD_FILES, "mine", own)
+    paths = jobs.method_fingerprint(package, tmp_path / "code", "mine")
+    assert [Path(p).name for p in paths] == ["train+methods.fedavg.txt", "methods.mine.txt"]
+    assert Path(paths[1]).read_text() == f"{hashlib.sha256(own.read_bytes()).hexdigest()}  {own}\n"
+
+
 def test_device_auto_is_the_cpu_for_mclr_and_the_gpu_for_other_models():
     """`simulator.device: auto`: MCLR's runs compute on a CPU core (its compiled kernel), the LSTMs'
     and a CNN's where a GPU is, and ask the scheduler for one."""

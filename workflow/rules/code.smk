@@ -22,10 +22,16 @@ def code_fingerprint(*entries):
     return list(_fingerprint(*entries))
 
 
+@cache
+def _method_fingerprint(method):
+    return tuple(jobs.method_fingerprint(Path(workflow.basedir, "src", "fedsim"), code_dir(), method))
+
+
 def train_code(method):
     """Code of one method's training runs: train.py's imports and the method's own module with
-    those it builds on (fedsim.methods.USES); another method's file is not among them."""
-    return code_fingerprint("train", *(f"methods.{m}" for m in sorted(USES[ENTRIES[method].method.name])))
+    those it builds on (fedsim.methods.USES), or a plugin method's file (fedsim.planning.jobs.method_fingerprint);
+    another method's file is not among them."""
+    return list(_method_fingerprint(ENTRIES[method].method.name))
 
 
 @cache

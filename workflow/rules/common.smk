@@ -27,7 +27,7 @@ from fedsim.planning.kinds import BUILT_KINDS  # noqa: E402
 from fedsim.specs import model_specs  # noqa: E402
 from fedsim.planning.jobs import model_args, setting_args  # noqa: E402
 from fedsim.planning.progress import PROGRESS_ENV  # noqa: E402
-from fedsim.methods import ENTRIES, USES  # noqa: E402
+from fedsim.methods import ENTRIES  # noqa: E402
 
 SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
 METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), by name

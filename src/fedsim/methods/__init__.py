@@ -24,7 +24,9 @@ exchanges per round, the vectors each device sends and receives (`traffic`), whi
 full gradients first, whether every device must take part, how its mu (or the one option it is
 tuned over) is chosen, its settings (`options`) and named variants. The CLI, the run settings, the workflow (its schema,
 its runs and their mu) and the figures read REGISTRY, which holds every module here that
-declares a METHOD: adding a method is one file plus its test (scaffold.py is the example). How it
+declares a METHOD: adding a method is one file plus its test (scaffold.py is the example). A user's
+own method file, in the methods/ folder of a folder FEDSIM_PLUGINS names, joins them by the same rule
+(PLUGIN_METHOD_FILES: its path, which the workflow fingerprints for its runs; docs/methods.md). How it
 looks (colour, dash pattern, place in legends) is no part of it: fedsim.styles declares that, by name.
 
 No module here imports torch: the workflow reads the registry at start-up, and a second of
@@ -35,13 +37,18 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import json
 import math
 import pkgutil
+import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
+
+from ..specs import plugin_dirs
 
 if TYPE_CHECKING:
     import torch
@@ -282,9 +289,10 @@ class Method:
 
 def _discover() -> tuple[dict[str, Method], dict[str, set]]:
     """Every method module's METHOD, by name (legend order is fedsim.styles'), and the method modules
-    each one imports."""
+    each one imports: this package's, then each plugin folder's methods/<name>.py (FEDSIM_PLUGINS,
+    fedsim.specs.plugin_dirs; its path in PLUGIN_METHOD_FILES), whose name may be no other's."""
     modules = {info.name: importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)}
-    found, uses = [], {}
+    found, uses, where = [], {}, {}
     for name, module in modules.items():
         method = getattr(module, "METHOD", None)
         if isinstance(method, Method):
@@ -292,9 +300,29 @@ def _discover() -> tuple[dict[str, Method], dict[str, set]]:
                 raise ImportError(f"fedsim/methods/{name}.py declares a method named {method.name!r}: name it {name!r}")
             found.append(method)
             uses[name] = {name} | {n for n, m in modules.items() if any(v is m for v in vars(module).values())}
+            where[name] = Path(module.__file__)
+    for folder in plugin_dirs("methods"):
+        for path in sorted(folder.glob("*.py")):
+            if path.name.startswith("_"):  # shared parts
+                continue
+            if path.stem in where:
+                raise ImportError(f"{path}: the method {path.stem} is declared already, by {where[path.stem]}")
+            spec = importlib.util.spec_from_file_location(f"fedsim_plugin_methods.{path.stem}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            method = getattr(module, "METHOD", None)
+            if not isinstance(method, Method) or method.name != path.stem:
+                raise ImportError(f"{path}: a method file declares METHOD = Method(name={path.stem!r}, ...) "
+                                  "(fedsim.methods)")
+            found.append(method)
+            uses[method.name] = {method.name} | {n for n, m in modules.items()
+                                                 if any(v is m for v in vars(module).values())}
+            where[method.name] = PLUGIN_METHOD_FILES[method.name] = path
     return {m.name: m for m in sorted(found, key=lambda m: m.name)}, uses
 
 
+PLUGIN_METHOD_FILES: dict[str, Path] = {}  # a plugin method's file, by name (its code, fingerprinted for its runs)
 REGISTRY, USES = _discover()  # USES[name]: the method modules (its own included) a method's code is in
 
 

@@ -20,7 +20,7 @@ from .. import atomic
 from ..specs import FILE_KINDS, MODELS_DIR, model_file
 from .experiments import RUN_FIELDS, fmt, setting_name, synthetic_settings, tag_lr, tag_model
 from .kinds import BUILT_KINDS, PLUGIN_KIND_FILES, entry_dissimilarity, trains_linear_softmax
-from ..methods import ENTRIES, resolve
+from ..methods import ENTRIES, PLUGIN_METHOD_FILES, USES, resolve
 
 # Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
 # FEMNIST-62's from LEAF data folders (`json`) take only test_only, its LEAF sampling being done
@@ -335,6 +335,18 @@ def model_fingerprint(package_dir, out_dir, model: str | None) -> list[str]:
         own = path.parent.resolve() == MODELS_DIR.resolve()
         files.update(package_code(package_dir, f"models.{name}") if own else [str(path)])
     return file_fingerprint(out_dir, fingerprint_name(*(f"models.{n}" for n in names)), sorted(files)) if files else []
+
+
+def method_fingerprint(package_dir, out_dir, method: str) -> list[str]:
+    """The code of one method's training runs, as input files like code_fingerprint's: train.py's
+    imports with fedsim's method modules the method's code is in (fedsim.methods.USES: its own, those
+    it builds on, no other method's) and, for a user's own method (FEDSIM_PLUGINS), its file, wherever
+    it is (<out_dir>/methods.<name>.txt): an edit of either reruns that method's runs and no other."""
+    uses = sorted(USES[method])
+    plugins = [m for m in uses if m in PLUGIN_METHOD_FILES]
+    own = code_fingerprint(package_dir, out_dir, "train", *(f"methods.{m}" for m in uses if m not in plugins))
+    return own + [path for m in plugins
+                  for path in file_fingerprint(out_dir, f"methods.{m}", [str(PLUGIN_METHOD_FILES[m])])]
 
 
 def kind_fingerprint(out_dir, kind: str) -> list[str]:

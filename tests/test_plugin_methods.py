@@ -1,0 +1,126 @@
+"""A method of a user's own, one file in the methods/ folder of a folder FEDSIM_PLUGINS names, reaches the
+CLI, the config's schema, tuning and the figures with no edit of fedsim, and an edit of its file reruns
+its runs only: the file of docs/methods.md, "Your own method, outside fedsim", read from the page."""
+
+import csv
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from helpers.workflow import SRC, copy_workflow, default_config, job_counts, write_config
+
+DOC = (Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text()
+NAME = "scaledavg"
+
+
+def documented():
+    return re.search(rf"`\$FEDSIM_PLUGINS/methods/{NAME}\.py`:\n\n```python\n(.*?)```", DOC, re.S).group(1)
+
+
+def plugin_env(folder):
+    return {**os.environ, "PYTHONPATH": str(SRC), "FEDSIM_PLUGINS": str(folder), "FEDSIM_WARM_IDLE": "10"}
+
+
+@pytest.fixture(scope="module")
+def plugins(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("plugins")
+    (folder / "methods").mkdir()
+    (folder / "methods" / f"{NAME}.py").write_text(documented())
+    (folder / "methods" / "_shared.py").write_text("raise RuntimeError('a _ module is no method')\n")
+    return plugin_env(folder)
+
+
+def run(env, *args, cwd=None):
+    proc = subprocess.run([sys.executable, *args], env=env, cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True, timeout=600)
+    return proc.returncode, proc.stdout
+
+
+def test_the_cli_trains_it_and_the_schema_knows_it(plugins, tmp_path):
+    code, out = run(plugins, "-m", "fedsim", "generate-synthetic", "--name", "s", "--devices", "4",
+                    "--out", str(tmp_path / "s.h5"))
+    assert code == 0, out
+    code, out = run(plugins, "-m", "fedsim", "train", "--data", str(tmp_path / "s.h5"), "--method", NAME,
+                    "--option", "scale=0.5", "--rounds", "1", "--clients-per-round", "2",
+                    "--metrics", str(tmp_path / "m.csv"), "--info", str(tmp_path / "run.json"))
+    assert code == 0 and f"{NAME} scale=0.5" in out, out
+    assert (tmp_path / "m.csv").read_text().count("\n") == 3  # the header, rounds 0 and 1
+    code, out = run(plugins, "-c", textwrap.dedent(f"""
+        from fedsim.methods import PLUGIN_METHOD_FILES, REGISTRY
+        from fedsim.planning.configcheck import load_schema
+        from fedsim.styles import LEGEND
+        schema = load_schema("workflow/schemas/config.schema.yaml")
+        assert "{NAME}" in str(schema), "not in the schema"
+        assert REGISTRY["{NAME}"].tuned_setting == "scale" and PLUGIN_METHOD_FILES["{NAME}"].name == "{NAME}.py"
+        assert LEGEND[-1] == "{NAME}", LEGEND
+        """), cwd=SRC.parent)
+    assert code == 0, out
+
+
+def test_a_name_taken_is_refused_in_one_line_naming_both_files(tmp_path):
+    for folder, name in ((tmp_path / "a", "fedprox"), (tmp_path / "b", NAME)):
+        (folder / "methods").mkdir(parents=True)
+        (folder / "methods" / f"{name}.py").write_text(documented().replace(f'name="{NAME}"', f'name="{name}"'))
+    # a built-in's name: refused, naming the plugin's file and fedsim's
+    code, out = run(plugin_env(tmp_path / "a"), "-m", "fedsim", "train", "--help")
+    line = out.strip().splitlines()[-1]
+    assert code != 0 and str(tmp_path / "a" / "methods" / "fedprox.py") in line, out
+    assert "fedsim/methods/fedprox.py" in line and "declared already" in line, out
+    # another plugin folder's name
+    (tmp_path / "c" / "methods").mkdir(parents=True)
+    (tmp_path / "c" / "methods" / f"{NAME}.py").write_text(documented())
+    code, out = run(plugin_env(f"{tmp_path / 'b'}{os.pathsep}{tmp_path / 'c'}"), "-m", "fedsim", "train", "--help")
+    line = out.strip().splitlines()[-1]
+    assert code != 0 and str(tmp_path / "b" / "methods" / f"{NAME}.py") in line, out
+    assert str(tmp_path / "c" / "methods" / f"{NAME}.py") in line, out
+    # a file whose METHOD is named otherwise
+    (tmp_path / "d" / "methods").mkdir(parents=True)
+    (tmp_path / "d" / "methods" / "other.py").write_text(documented())
+    code, out = run(plugin_env(tmp_path / "d"), "-m", "fedsim", "train", "--help")
+    assert code != 0 and "METHOD = Method(name='other'" in out.strip().splitlines()[-1], out
+
+
+def plugin_config():
+    cfg = default_config()
+    cfg["synthetic"]["devices"] = 4
+    cfg["seeds"] = [0]
+    cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=2)}
+    cfg["experiments"] = {"mine": {"figure": "figure1", "datasets": ["synthetic_iid"], "methods": ["fedavg", NAME],
+                                   "clients_per_round": 2, "epochs": 1}}
+    return cfg
+
+
+@pytest.mark.workflow
+def test_it_is_tuned_and_drawn_by_the_workflow_and_its_edit_reruns_its_runs_only(plugins, tmp_path):
+    workdir = copy_workflow(tmp_path / "wf", with_src=True)
+    write_config(workdir, plugin_config())
+    code, out = run(plugins, "-m", "snakemake", "--cores", "2", cwd=workdir)
+    assert code == 0, out
+    results = workdir / "results"
+    runs = results / "runs" / "synthetic_iid"
+    assert {p.name for p in (runs / NAME).iterdir()} >= {"scale0.5_K2_E1_seed0", "scale1_K2_E1_seed0"}
+    for run_dir in (runs / NAME).iterdir():
+        assert (run_dir / "metrics.csv").read_text().count("\n") == 4  # the header, rounds 0, 1 and 2
+    with open(results / "summary" / "tuned_mu.csv", newline="") as handle:
+        tuned = [row for row in csv.DictReader(handle) if row["method"] == NAME]
+    assert len(tuned) == 1 and float(tuned[0]["chosen"]) in (0.5, 1.0), tuned
+    assert (results / "figures" / "mine.png").stat().st_size > 0  # Figure 1's kind of figure, named as its experiment
+    assert "Scaled FedAvg" in (results / "summary" / "tables_mine.md").read_text()
+    # an edit of its file reruns its two runs, not FedAvg's
+    path = Path(plugins["FEDSIM_PLUGINS"]) / "methods" / f"{NAME}.py"
+    original = path.read_text()
+    try:
+        path.write_text(original + "\n# edited by the plugin methods test\n")
+        code, out = run(plugins, "-m", "snakemake", "--dry-run", "--cores", "1", cwd=workdir)
+    finally:
+        path.write_text(original)
+    assert code == 0, out
+    assert job_counts(out).get("train") == 2, out
+    trained = re.findall(r"rule train:\n(?:[^\n]*\n)*?\s+output: ([^,\n]+)", out)
+    assert sorted(Path(p).parent.parent.name for p in trained) == [NAME, NAME], out
+    assert f"Updated input files: results/code/methods.{NAME}.txt" in out, out
