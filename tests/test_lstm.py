@@ -81,6 +81,15 @@ def test_chunked_stats_equal_one_pass(monkeypatch):
     assert model.stats(params, x, y) == pytest.approx(whole, rel=1e-12)
 
 
+def test_a_gpu_evaluates_in_fewer_larger_chunks():
+    """On CUDA an evaluation chunk holds EVAL_FLOATS_GPU activations (an LSTM's chunk is hundreds of
+    sequential kernels, so fewer chunks are fewer launches); on a CPU EVAL_FLOATS (near the cache)."""
+    per_sample = 80 * 256 * 2  # the char LSTM's order of magnitude
+    cpu, gpu = models.eval_chunk_rows(per_sample, "cpu"), models.eval_chunk_rows(per_sample, "cuda")
+    assert cpu == models.EVAL_FLOATS // per_sample and gpu == models.EVAL_FLOATS_GPU // per_sample and gpu >= 64 * cpu
+    assert models.eval_chunk_rows(models.EVAL_FLOATS_GPU * 2, "cuda") == 1  # at least a row
+
+
 @pytest.mark.parametrize("kind, lr", [("shakespeare", 0.8), ("sent140", 0.3)])
 def test_few_round_runs_decrease_the_loss(tmp_path, kind, lr):
     """The paper's models at full size (LSTM 256 / 100) on a few samples: small and slow enough."""

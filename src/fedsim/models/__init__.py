@@ -55,7 +55,15 @@ from ..specs import FILE_KINDS, MODELS_DIR, ModelSpec, model_files
 
 EVAL_FLOATS = 1 << 22   # activations per evaluation chunk (16 MiB in float32): small enough to stay near the
                         # cache, where a CNN's forward runs far faster than over one chunk of every row
+# On a GPU no cache is to be kept near, and each chunk of an LSTM's evaluation is some hundreds of small
+# sequential kernels (its time steps and layers): a few large chunks instead of hundreds (1 GiB of float32)
+EVAL_FLOATS_GPU = 1 << 28
 GRAD_FLOATS = 1 << 22   # per gradient chunk: autograd keeps several such tensors per layer
+
+
+def eval_chunk_rows(floats_per_sample: int, device_type: str) -> int:
+    """Rows of one evaluation chunk on a device type (EVAL_FLOATS, or EVAL_FLOATS_GPU on CUDA)."""
+    return max(1, (EVAL_FLOATS_GPU if device_type == "cuda" else EVAL_FLOATS) // floats_per_sample)
 
 
 class Model:
@@ -124,7 +132,7 @@ class Model:
 
     def stats(self, params, x, y) -> tuple[float, float]:
         """Mean loss and accuracy over all rows, in chunks that bound the activations' memory."""
-        rows = max(1, EVAL_FLOATS // self.floats_per_sample)
+        rows = eval_chunk_rows(self.floats_per_sample, x.device.type)
         loss = correct = 0.0
         with torch.no_grad():
             for start in range(0, len(y), rows):
