@@ -94,6 +94,25 @@ def plugin_dirs(part: str) -> list[Path]:
     return [folder for folder in folders if folder.is_dir()]
 
 
+def plugin_files(part: str) -> list[Path]:
+    """The module files of every plugin folder's `part` folder (methods, models, kinds), sorted; `_`
+    modules hold shared parts."""
+    return [path for folder in plugin_dirs(part) for path in sorted(folder.glob("*.py"))
+            if not path.name.startswith("_")]
+
+
+def import_plugin(part: str, path: Path):
+    """A user's own file of `part`, imported from where it is, as module fedsim_plugin_<part>.<stem>."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location(f"fedsim_plugin_{part}.{path.stem}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def model_files(folders=None) -> list[Path]:
     """Every model module of `folders` (default: fedsim.models', then the plugins'); `_` modules hold
     shared parts."""

@@ -37,18 +37,16 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 import json
 import math
 import pkgutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..specs import plugin_dirs
+from ..specs import import_plugin, plugin_files
 
 if TYPE_CHECKING:
     import torch
@@ -301,24 +299,18 @@ def _discover() -> tuple[dict[str, Method], dict[str, set]]:
             found.append(method)
             uses[name] = {name} | {n for n, m in modules.items() if any(v is m for v in vars(module).values())}
             where[name] = Path(module.__file__)
-    for folder in plugin_dirs("methods"):
-        for path in sorted(folder.glob("*.py")):
-            if path.name.startswith("_"):  # shared parts
-                continue
-            if path.stem in where:
-                raise ImportError(f"{path}: the method {path.stem} is declared already, by {where[path.stem]}")
-            spec = importlib.util.spec_from_file_location(f"fedsim_plugin_methods.{path.stem}", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-            method = getattr(module, "METHOD", None)
-            if not isinstance(method, Method) or method.name != path.stem:
-                raise ImportError(f"{path}: a method file declares METHOD = Method(name={path.stem!r}, ...) "
-                                  "(fedsim.methods)")
-            found.append(method)
-            uses[method.name] = {method.name} | {n for n, m in modules.items()
-                                                 if any(v is m for v in vars(module).values())}
-            where[method.name] = PLUGIN_METHOD_FILES[method.name] = path
+    for path in plugin_files("methods"):
+        if path.stem in where:
+            raise ImportError(f"{path}: the method {path.stem} is declared already, by {where[path.stem]}")
+        module = import_plugin("methods", path)
+        method = getattr(module, "METHOD", None)
+        if not isinstance(method, Method) or method.name != path.stem:
+            raise ImportError(f"{path}: a method file declares METHOD = Method(name={path.stem!r}, ...) "
+                              "(fedsim.methods)")
+        found.append(method)
+        uses[method.name] = {method.name} | {n for n, m in modules.items()
+                                             if any(v is m for v in vars(module).values())}
+        where[method.name] = PLUGIN_METHOD_FILES[method.name] = path
     return {m.name: m for m in sorted(found, key=lambda m: m.name)}, uses
 
 

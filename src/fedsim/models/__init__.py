@@ -43,15 +43,13 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import importlib.util
 import math
-import sys
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..specs import FILE_KINDS, MODELS_DIR, ModelSpec, model_files
+from ..specs import FILE_KINDS, MODELS_DIR, ModelSpec, import_plugin, model_files
 
 EVAL_FLOATS = 1 << 22   # activations per evaluation chunk (16 MiB in float32): small enough to stay near the
                         # cache, where a CNN's forward runs far faster than over one chunk of every row
@@ -237,10 +235,7 @@ def _discover() -> dict[str, type]:
         if path.parent == MODELS_DIR:
             module = importlib.import_module(f"{__name__}.{path.stem}")
         else:  # a user's own model file: imported from where it is
-            spec = importlib.util.spec_from_file_location(f"fedsim_plugin_models.{path.stem}", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
+            module = import_plugin("models", path)
         model = module.MODEL
         if model.name != path.stem:
             raise ImportError(f"{path} declares a model named {model.name!r}: name it {path.stem!r}")

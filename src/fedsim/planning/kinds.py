@@ -10,14 +10,12 @@ planning imports this module: editing it (a cost figure, say) reruns no run.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from ..arrays import describe
-from ..specs import FILE_KINDS, TOKEN_SAMPLES, model_spec, plugin_dirs
+from ..specs import FILE_KINDS, TOKEN_SAMPLES, import_plugin, model_spec, plugin_files
 
 
 @dataclass(frozen=True)
@@ -74,23 +72,17 @@ def _plugin_kinds() -> dict[str, Kind]:
     """The KIND of each file of the plugins' kinds/ folders (fedsim.specs.plugin_dirs), by name: a
     file's name is its kind's (its path in PLUGIN_KIND_FILES)."""
     found = {}
-    for folder in plugin_dirs("kinds"):
-        for path in sorted(folder.glob("*.py")):
-            if path.name.startswith("_"):
-                continue
-            spec = importlib.util.spec_from_file_location(f"fedsim_plugin_kinds.{path.stem}", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-            kind = getattr(module, "KIND", None)
-            if not isinstance(kind, Kind) or kind.name != path.stem:
-                raise ImportError(f"{path}: a kind file declares KIND = Kind({path.stem!r}, ...) (fedsim.planning.kinds)")
-            if kind.name in KINDS or kind.name in found:
-                raise ImportError(f"{path}: the kind {kind.name} is declared already")
-            if kind.build is None:
-                raise ImportError(f"{path}: kind {kind.name} declares no build(entry, files, out, name)")
-            found[kind.name] = kind
-            PLUGIN_KIND_FILES[kind.name] = path
+    for path in plugin_files("kinds"):
+        module = import_plugin("kinds", path)
+        kind = getattr(module, "KIND", None)
+        if not isinstance(kind, Kind) or kind.name != path.stem:
+            raise ImportError(f"{path}: a kind file declares KIND = Kind({path.stem!r}, ...) (fedsim.planning.kinds)")
+        if kind.name in KINDS or kind.name in found:
+            raise ImportError(f"{path}: the kind {kind.name} is declared already")
+        if kind.build is None:
+            raise ImportError(f"{path}: kind {kind.name} declares no build(entry, files, out, name)")
+        found[kind.name] = kind
+        PLUGIN_KIND_FILES[kind.name] = path
     return found
 
 
