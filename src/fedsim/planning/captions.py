@@ -35,17 +35,6 @@ PAPER_METHODS = ("fedavg", "fedprox", "feddane")
 PAPER_KINDS = ("synthetic", "femnist", "sent140", "shakespeare", "json")  # json: LEAF's files, the authors' data
 
 # The datasets' kinds in words (a plugin's kind: "built by the plugin kind <name>").
-KIND_WORDS = {
-    "synthetic": "generated as in the FedProx paper",
-    "femnist": "LEAF's FEMNIST (the paper's: 10 letters)",
-    "femnist62": "LEAF's FEMNIST (62 classes)",
-    "sent140": "LEAF's Sent140",
-    "shakespeare": "LEAF's Shakespeare",
-    "json": "imported from LEAF-format JSON files",
-    "arrays": "imported from .npz arrays",
-    "dirichlet": "Dirichlet label partitions",
-}
-
 # What a method is, where its label does not say it: the paper's FedDANE and the authors' term, the
 # variants the paper suggests, SCAFFOLD. A caption holds the notes of the methods its experiment ran.
 NOTES = {
@@ -281,15 +270,10 @@ def datasets_text(cfg) -> str:
     by_kind: dict[str, list[str]] = {}
     for name in ex.used_datasets(cfg):
         entry = cfg["datasets"][name]
-        if entry["kind"] == "synthetic":  # the schema requires iid, alpha and beta
-            detail = "IID" if entry["iid"] else f"alpha = {ex.fmt(entry['alpha'])}, beta = {ex.fmt(entry['beta'])}"
-            detail += f", {ex.synthetic_settings(cfg, name)['devices']} devices"
-        elif entry["kind"] == "dirichlet":
-            detail = f"of {entry.get('pool')}, alpha = {ex.fmt(entry['alpha'])}"
-        else:
-            detail = f"{entry['devices']} devices" if entry.get("devices") else ""
+        kind, devices = KINDS[entry["kind"]], ex.n_devices(cfg, name)
+        detail = ", ".join(([kind.detail(entry)] if kind.detail else []) + ([f"{devices} devices"] if devices else []))
         by_kind.setdefault(entry["kind"], []).append(f"``{name}``" + (f" ({detail})" if detail else ""))
-    return "; ".join(f"{KIND_WORDS.get(kind, f'built by the plugin kind ``{kind}``')}: {', '.join(names)}"
+    return "; ".join(f"{KINDS[kind].words or f'built by the plugin kind ``{kind}``'}: {', '.join(names)}"
                      for kind, names in sorted(by_kind.items(), key=lambda item: list(KINDS).index(item[0])))
 
 

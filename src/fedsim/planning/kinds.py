@@ -46,6 +46,10 @@ class Kind:
     keys: dict = field(default_factory=dict)
     required: tuple[str, ...] = ()
     build: Callable | None = None
+    # How the report names its datasets (fedsim.planning.captions): what the kind is, in a few words,
+    # and an entry's own settings beyond its device count, detail(entry) -> text
+    words: str | None = None
+    detail: Callable | None = None
 
     @property
     def samples(self) -> str | None:
@@ -56,15 +60,33 @@ class Kind:
         return FILE_KINDS[self.file_kind][1] if self.file_kind else None
 
 
+def _synthetic_detail(entry) -> str:  # the schema requires iid, alpha and beta
+    return "IID" if entry["iid"] else f"alpha = {_number(entry['alpha'])}, beta = {_number(entry['beta'])}"
+
+
+def _dirichlet_detail(entry) -> str:
+    return f"of {entry.get('pool')}, alpha = {_number(entry['alpha'])}"
+
+
+def _number(x) -> str:
+    return f"{float(x):g}"
+
+
 KINDS = {kind.name: kind for kind in (
-    Kind("synthetic", "synthetic", mclr_device_epoch_s=0.00025),
-    Kind("json", None, named_files=("train", "test")),
-    Kind("femnist", "femnist", built=True, sources={"raw": ("nist_by_class",)}, own_files="json"),
-    Kind("femnist62", "femnist", built=True, sources={"raw": ("nist_by_class", "nist_by_write")}, own_files="json"),
-    Kind("shakespeare", "shakespeare", built=True, sources={"raw": ("shakespeare",)}),
-    Kind("sent140", "sent140", poolable=False, built=True, sources={"raw": ("sent140",), "glove": ("glove",)}),
-    Kind("dirichlet", None, poolable=False, built=True, pools=True),
-    Kind("arrays", None, own_files="npz"),   # a user's .npz: features or images, as its `x` says (fedsim.arrays)
+    Kind("synthetic", "synthetic", mclr_device_epoch_s=0.00025, words="generated as in the FedProx paper",
+         detail=_synthetic_detail),
+    Kind("json", None, named_files=("train", "test"), words="imported from LEAF-format JSON files"),
+    Kind("femnist", "femnist", built=True, sources={"raw": ("nist_by_class",)}, own_files="json",
+         words="LEAF's FEMNIST (the paper's: 10 letters)"),
+    Kind("femnist62", "femnist", built=True, sources={"raw": ("nist_by_class", "nist_by_write")}, own_files="json",
+         words="LEAF's FEMNIST (62 classes)"),
+    Kind("shakespeare", "shakespeare", built=True, sources={"raw": ("shakespeare",)}, words="LEAF's Shakespeare"),
+    Kind("sent140", "sent140", poolable=False, built=True, sources={"raw": ("sent140",), "glove": ("glove",)},
+         words="LEAF's Sent140"),
+    Kind("dirichlet", None, poolable=False, built=True, pools=True, words="Dirichlet label partitions",
+         detail=_dirichlet_detail),
+    Kind("arrays", None, own_files="npz",   # a user's .npz: features or images, as its `x` says (fedsim.arrays)
+         words="imported from .npz arrays"),
 )}
 
 
