@@ -156,7 +156,7 @@ CASES = [
     ("per_setting_1", at("tuning.per_setting", 1), "tuning.per_setting", "not of type 'boolean'"),
     ("x_axis", at("figures.x_axis", "time"), "figures.x_axis", "is not one of"),
     ("allow_large_text", at("allow_large", "yes"), "allow_large", "not of type 'boolean'"),
-    ("kind", at("datasets.synthetic_iid.kind", "mnist"), "datasets.synthetic_iid.kind", "'mnist' is not one of"),
+    ("kind", at("datasets.synthetic_iid.kind", "mnist"), "datasets.synthetic_iid.kind", "unknown kind 'mnist': the kinds are"),
     ("lr_zero", at("datasets.synthetic_iid.lr", 0), "datasets.synthetic_iid.lr", "less than or equal to the minimum"),
     ("batch_zero", at("datasets.synthetic_iid.batch_size", 0), "datasets.synthetic_iid.batch_size", "less than the minimum"),
     ("prox_negative", at("datasets.synthetic_iid.fedprox_mu", -1), "datasets.synthetic_iid.fedprox_mu", "less than the minimum"),

@@ -14,7 +14,7 @@ import yaml
 from fedsim.planning import cost, experiments
 from fedsim.planning.configcheck import check_config, load_schema
 from fedsim.data import write_dataset
-from fedsim.planning.kinds import KINDS
+from fedsim.kinds import KINDS
 from fedsim.specs import model_spec
 
 REPO = Path(__file__).resolve().parents[1]

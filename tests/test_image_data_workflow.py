@@ -95,16 +95,20 @@ def test_the_jobs_arguments_and_sources():
                                             train_fraction=0.9, seed=0, repeats="drop")
     cfg["datasets"]["femnist62_hsu"].update(min_partition_size=10, self_balancing=True, max_retries=10,
                                             train_fraction=0.9, seed=0, repeats="keep")
-    assert jobs.leaf_args(cfg, "femnist62") == "--test-only drop"
-    assert jobs.leaf_args(cfg, "femnist62_nist") == ("--fraction 0.05 --min-samples 0 --min-samples-rule more_than "
-                                                     "--train-fraction 0.9 --seed 0")
-    assert jobs.dirichlet_args(cfg, "femnist62_dir") == ("--devices 20 --alpha 0.3 --scheme per_class "
-                                                         "--min-partition-size 5 --train-fraction 0.9 --seed 0 "
-                                                         "--repeats drop --max-retries 10 --no-self-balancing")
-    # the per_class settings are no argument of a per_device partition: editing them reruns nothing
-    assert jobs.dirichlet_args(cfg, "femnist62_hsu") == ("--devices 10 --alpha 1 --scheme per_device "
-                                                         "--min-partition-size 10 --train-fraction 0.9 --seed 0 "
-                                                         "--repeats keep")
+    def entry(name):
+        return json.loads(jobs.build_entry(cfg, name))
+
+    # from LEAF folders only test_only is read (their sampling is done); from NIST, LEAF's sampling
+    assert set(entry("femnist62")) == {"kind", "json", "test_only"}
+    assert entry("femnist62_nist") == {"kind": "femnist62", "fraction": 0.05, "min_samples": 0,
+                                       "min_samples_rule": "more_than", "train_fraction": 0.9, "seed": 0}
+    assert entry("femnist62_dir") == {"kind": "dirichlet", "pool": "femnist62", "devices": 20, "alpha": 0.3,
+                                      "scheme": "per_class", "min_partition_size": 5, "train_fraction": 0.9, "seed": 0,
+                                      "repeats": "drop", "max_retries": 10, "self_balancing": False}
+    # the per_class settings are not read by a per_device partition: editing them rebuilds nothing
+    assert entry("femnist62_hsu") == {"kind": "dirichlet", "pool": "femnist62", "devices": 10, "alpha": 1,
+                                      "scheme": "per_device", "min_partition_size": 10, "train_fraction": 0.9,
+                                      "seed": 0, "repeats": "keep"}
     assert dataset_sources(cfg, "femnist62") == [] and dataset_sources(cfg, "femnist62_dir") == []
     cfg["datasets"]["femnist62_dir"]["pool"] = "femnist62_nist"
     assert dataset_sources(cfg, "femnist62_dir") == ["nist_by_class", "nist_by_write"]
@@ -130,7 +134,7 @@ def test_femnist62_and_its_partitions_build_and_train(tmp_path):
     assert (prov["scheme"], prov["alpha"], prov["devices"], prov["seed"]) == ("per_class", 0.3, 20, 0)
     assert prov["pool"]["name"] == "femnist62" and record["dataset"]["kind"] == "femnist"
     assert record["result"]["rounds_completed"] == 1
-    log = (work / "results/logs/partition_dirichlet/femnist62_hsu.log").read_text()
+    log = (work / "results/logs/build_dataset/femnist62_hsu.log").read_text()
     assert "10 devices from 280 samples" in log and "per_device, alpha 1" in log
 
     cfg["datasets"]["femnist62_hsu"]["devices"] = 29  # 280 // 29 = 9 < min_partition_size 10

@@ -35,6 +35,9 @@ LAYERS = [
     ("settings", ["fedsim.settings"]),
     ("data", ["fedsim.data", "fedsim.synthetic", "fedsim.download", "fedsim.leaf", "fedsim.leaf.*",
               "fedsim.partition", "fedsim.arrays"]),
+    # the data kinds, one file each: what the config, the planning and `fedsim build-dataset` know of a
+    # dataset entry, and its build (which calls the data layer's builders)
+    ("kinds", ["fedsim.kinds", "fedsim.kinds.*"]),
     ("numerics", ["fedsim.authors", "fedsim.kernel", "fedsim.shuffle", "fedsim.models", "fedsim.models.*", "fedsim.engine",
                   "fedsim.metrics"]),
     ("run parts", ["fedsim.theory", "fedsim.checkpoint", "fedsim.machine"]),
@@ -57,7 +60,8 @@ LAYERS = [
 # Read at every snakemake call (workflow/rules/common.smk, the Snakefile, and the package itself before
 # any of its modules), by the CLI's parser and by the warm launcher before its job runs (stopping): no
 # `import torch` in them at any depth, and nothing they import (at any depth) loads torch.
-TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.settings", "fedsim.stopping", "fedsim.planning", "fedsim.planning.kinds",
+TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.settings", "fedsim.stopping", "fedsim.kinds", "fedsim.planning",
+              "fedsim.planning.kinds",
               "fedsim.planning.experiments", "fedsim.planning.configcheck", "fedsim.planning.jobs", "fedsim.planning.cost",
               "fedsim.planning.progress", "fedsim.planning.rescheduling", "fedsim.planning.captions",
               "fedsim.styles"]

@@ -66,16 +66,18 @@ def test_run_settings_in_the_schema_are_runconfigs():
 def test_synthetic_defaults_are_the_generators():
     """The synthetic generator's defaults (devices, features, classes, train_fraction, seed) are
     fedsim.synthetic.DEFAULTS: the generator's keyword defaults, `fedsim generate-synthetic`'s
-    option defaults (fedsim.cli), the schema's `synthetic` defaults (load_schema) and the keys a
-    dataset entry may override (fedsim.planning.experiments.SYNTHETIC_KEYS) read it; config/config.yaml's
-    `synthetic:` section, written out for the reader, equals it."""
+    option defaults (fedsim.cli), the synthetic kind's shared keys and so the schema's `synthetic`
+    section (load_schema), whose keys a dataset entry may override; config/config.yaml's `synthetic:`
+    section, written out for the reader, equals it."""
+    from fedsim.kinds import KINDS
+
     defaults = synthetic.DEFAULTS
-    written = raw_schema()["properties"]["synthetic"]["properties"]
+    assert "synthetic" not in raw_schema()["properties"]
     loaded = load_schema(SCHEMA_FILE)["properties"]["synthetic"]["properties"]
-    assert list(written) == list(defaults) and not any("default" in entry for entry in written.values())
     assert {key: entry["default"] for key, entry in loaded.items()} == defaults
-    assert set(defaults) <= set(raw_schema()["properties"]["datasets"]["additionalProperties"]["properties"])
-    assert experiments.SYNTHETIC_KEYS == tuple(defaults)
+    assert {key: rule["default"] for key, rule in KINDS["synthetic"].shared_keys.items()} == defaults
+    entry = load_schema(SCHEMA_FILE)["properties"]["datasets"]["additionalProperties"]
+    assert set(defaults) <= set(entry["properties"])
     parser = command("generate-synthetic")
     assert {key: parser.get_default(key) for key in defaults} == defaults
     names = {"devices": "num_devices", "features": "num_features", "classes": "num_classes",
@@ -258,7 +260,9 @@ def test_synthetic_mean_device_size_is_the_generators():
 
     from fedsim.planning import configcheck
 
-    assert configcheck.SYNTHETIC_MEAN_SAMPLES is synthetic.MEAN_SAMPLES
+    from fedsim.kinds import KINDS
+
+    assert KINDS["synthetic"].size_gb({"devices": 1000, "features": 249}) == 1000 * synthetic.MEAN_SAMPLES * 250 * 4 / 1e9
     sizes = synthetic.device_sizes(np.random.default_rng(0), 2_000_000)
     assert abs(sizes.mean() - synthetic.MEAN_SAMPLES) < 0.03 * synthetic.MEAN_SAMPLES
 

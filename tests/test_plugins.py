@@ -44,7 +44,8 @@ def test_the_cli_and_the_schema_know_them(plugins):
     code, out = run(plugins, "-c", textwrap.dedent("""
         from fedsim.planning.configcheck import load_schema
         entry = load_schema("workflow/schemas/config.schema.yaml")["properties"]["datasets"]["additionalProperties"]
-        assert "blobs" in entry["properties"]["kind"]["enum"] and entry["properties"]["points"]["minimum"] == 2
+        [block] = [b["then"] for b in entry["allOf"] if b["if"]["properties"]["kind"]["const"] == "blobs"]
+        assert "blobs" in entry["properties"]["kind"]["enum"] and block["properties"]["points"]["minimum"] == 2
         assert "tinymlp" in entry["properties"]["model"]["enum"]
         """), cwd=SRC.parent)
     assert code == 0, out

@@ -28,7 +28,7 @@ def test_the_quick_run_plans_one_dataset_one_seed_and_few_rounds(tmp_path):
     assert code == 0, out
     counts = job_counts(out)
     trains = re.findall(r"python -m fedsim\.warm train [^\n]*", out)
-    assert counts["generate_synthetic"] == 1 and counts["train"] == len(trains) <= 12, counts
+    assert counts["build_dataset"] == 1 and counts["train"] == len(trains) <= 12, counts
     datasets = {re.search(r"--data (\S+)", job)[1] for job in trains}
     assert len(datasets) == 1, datasets
     assert {re.search(r"--seed (\d+)", job)[1] for job in trains} == {"0"}

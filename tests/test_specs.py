@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fedsim import models
-from fedsim.planning.kinds import KINDS
+from fedsim.kinds import KINDS
 from fedsim.specs import ModelSpec, model_specs
 
 SRC = Path(__file__).resolve().parents[1] / "src"

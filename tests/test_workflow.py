@@ -69,7 +69,7 @@ def test_default_dag_dry_run(default_dry_run):
     _, out = default_dry_run
     assert default_config()["seeds"] == list(range(SEEDS))
     assert job_counts(out) == {
-        "generate_synthetic": 4,
+        "build_dataset": 4,
         "train": STATIC_TRAIN,
         "tune": 1,
         "summarise": 1,
@@ -386,7 +386,7 @@ def test_changing_the_grid_reruns_only_new_runs(tiny_run, tmp_path):
     counts = job_counts(out)
     # each FedDANE at mu = 0.5 in Figure 1 (Figures 2 and 3 follow if tuning then picks 0.5)
     assert counts["train"] == len(TINY_DATASETS) * 2 * len(TINY_SEEDS)
-    assert "generate_synthetic" not in counts
+    assert "build_dataset" not in counts
     assert "mu0.5_K3_E1_seed1" in out
 
 
@@ -399,7 +399,7 @@ def test_changing_a_method_setting_reruns_its_runs(tiny_run, tmp_path):
     assert code == 0, out
     # every run of that dataset known before tuning (FedDANE's of Figures 2 and 3 follow it)
     assert job_counts(out)["train"] == (2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2
-    assert "generate_synthetic" not in job_counts(out)
+    assert "build_dataset" not in job_counts(out)
 
 
 def test_code_changes_rerun_what_they_touch(tiny_run):
@@ -425,7 +425,7 @@ def test_code_changes_rerun_what_they_touch(tiny_run):
         # both FedDANEs' tuning runs and the theory run; Figures 2 and 3's FedDANE runs follow once
         # tuning has rerun
         assert counts["train"] == len(TINY_DATASETS) * 2 * len(TINY_GRID) * len(TINY_SEEDS) + 1
-        assert "generate_synthetic" not in counts
+        assert "build_dataset" not in counts
         assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
     finally:
         feddane.write_text(original)
@@ -484,7 +484,7 @@ def test_shared_engine_edit_reruns_every_training_run(tiny_run):
     counts = job_counts(out)
     # every run known before tuning (FedDANE's of Figures 2 and 3 follow once tuning reran), the theory run
     assert counts["train"] == len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2) + 1, out
-    assert "generate_synthetic" not in counts
+    assert "build_dataset" not in counts
 
 
 def test_a_model_edit_reruns_the_runs_of_that_model_only(tiny_run):
@@ -498,7 +498,7 @@ def test_a_model_edit_reruns_the_runs_of_that_model_only(tiny_run):
     assert code == 0, out
     counts = job_counts(out)
     assert counts["train"] == len(TINY_DATASETS) * ((2 + 2 * len(TINY_GRID)) * len(TINY_SEEDS) + 2 + 2) + 1, out
-    assert "generate_synthetic" not in counts and "results/code/models.mclr.txt" in out
+    assert "build_dataset" not in counts and "results/code/models.mclr.txt" in out
 
 
 # ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import torch
 
+from .kinds import KINDS
 from .planning.cost import DEFAULTS, GRAD_BATCH, GRAD_BATCHES
 from .engine import Clients, SGDSettings, local_sgd_batched
 from .models.char_lstm import CharLSTM
@@ -34,7 +35,7 @@ def calibrate(kinds=tuple(DEFAULTS), steps: int = 4, repeats: int = 2, log=print
     out = {}
     for kind in kinds:
         rng = np.random.default_rng(0)
-        if kind == "shakespeare":
+        if KINDS[kind].default_model == "char_lstm":
             model, vocab, eval_n = CharLSTM(), 80, 410  # one evaluation chunk
         else:
             vocab, eval_n = 5000, 3000

@@ -86,6 +86,14 @@ SPELLED = {"options": {"flag": "--option", "type": _method_option, "action": "ap
                                                 "default 0 for the others)"}}
 
 
+def _named_input(text: str) -> tuple[str, str]:
+    """NAME=PATH of build-dataset's --input."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=PATH")
+    return name, path
+
+
 def _run_setting_argument(f: dataclasses.Field) -> tuple[tuple[str], dict]:
     """The `train` option of one RunConfig field: its flag and add_argument's keywords (as _arg's)."""
     meta, spelled = f.metadata, dict(SPELLED.get(f.name, {}))
@@ -117,14 +125,6 @@ def run_config(args) -> RunConfig:
     return given_config(values, flag=lambda name: "--" + name.replace("_", "-"))
 
 
-def _generate_synthetic(args) -> None:
-    from .synthetic import write_synthetic
-
-    write_synthetic(args.out, name=args.name, alpha=args.alpha, beta=args.beta, iid=args.iid,
-                    num_devices=args.devices, num_features=args.features, num_classes=args.classes,
-                    seed=args.seed, train_fraction=args.train_fraction)
-
-
 def _fetch(args) -> None:
     import logging
 
@@ -137,141 +137,55 @@ def _fetch(args) -> None:
     print(f"{args.source}: {got.path} from {got.origin}, sha256 {got.sha256}, md5 {got.md5}, {checked}")
 
 
-def _check_devices(out, declared) -> None:
-    """The workflow computes K = clients_fraction x the device count the config declares; say so
-    loudly when the built file has another count (LEAF's sampling is random: it varies by seed)."""
-    from .data import FederatedDataset
-
-    if declared is None:
-        return
-    with FederatedDataset(out) as dataset:
-        built = dataset.num_devices
-    if built != declared:
-        print(f"WARNING: {out} has {built} devices but the config declares devices: {declared}; "
-              f"clients_fraction gives K = fraction x {declared} (set devices: {built} for the exact fraction)",
-              file=sys.stderr)
-
-
-def _prepare_shakespeare(args) -> None:
-    from .leaf.niid import kept_line
-    from .leaf.shakespeare import build_shakespeare
-
-    fraction = None if args.fraction <= 0 else args.fraction
-    prov = build_shakespeare(args.raw, args.out, fraction=fraction, min_samples=args.min_samples,
-                             train_fraction=args.train_fraction, seed=args.seed, name=args.name,
-                             min_samples_rule=args.min_samples_rule)
-    print(f"{args.name}: {prov['leaf_users']} LEAF users, text is the 1994 edition: "
-          f"{prov['text_is_1994_edition']}")
-    print(kept_line(args.name, prov["counts"], prov["sampling"]))
-    _check_devices(args.out, args.expect_devices)
-
-
-def _prepare_femnist(args) -> None:
-    from .leaf.femnist import build_femnist, read_json_pool, read_nist_pool
-
-    if (args.json is None) == (args.nist is None):
-        raise ValueError("give one of --json (LEAF JSON files or folders) and --nist (by_class.zip)")
-    pool, info = read_json_pool(args.json) if args.json else read_nist_pool(args.nist)
-    print(f"femnist: {info}")
-    prov = build_femnist(pool, args.out, variant=args.variant, seed=args.seed, name=args.name, pool_info=info,
-                         allow_reuse=args.allow_reuse)
-    if prov["wrapped_draws"]:
-        print(f"WARNING: {args.name}: {prov['repeated_samples']} samples repeat an image of their own device and "
-              f"{prov['wrapped_draws']} draws ran past the end of a class: the pool "
-              f"({prov['pool_used_per_class']} images per class a-j) is small for the construction", file=sys.stderr)
-    _check_devices(args.out, args.expect_devices)
-
-
-def _prepare_femnist62(args) -> None:
-    from .leaf.femnist62 import build_femnist62_json, build_femnist62_nist
-    from .leaf.niid import kept_line
-
-    if (args.json is None) == (args.nist is None):
-        raise ValueError("give one of --json (LEAF data folders) and --nist (by_class.zip by_write.zip)")
-    if args.json:
-        prov = build_femnist62_json(args.json, args.out, name=args.name, test_only=args.test_only)
-        print(f"{args.name}: {prov['users_in_several_sources']} writers in several folders, each taken from the "
-              f"first with its train rows; {prov['test_only_devices']} writers with test rows only: "
-              f"{'kept' if args.test_only == 'keep' else 'dropped'}")
-    else:
-        fraction = None if args.fraction <= 0 else args.fraction
-        prov = build_femnist62_nist(*args.nist, args.out, name=args.name, seed=args.seed, fraction=fraction,
-                                    min_samples=args.min_samples, min_samples_rule=args.min_samples_rule,
-                                    train_fraction=args.train_fraction)
-        print(f"{args.name}: {prov['writers']} writers, {prov['writer_images']} images matched to a class, "
-              f"{prov['unmatched_images']} without one (left out)")
-        print(kept_line(args.name, prov["counts"], prov["sampling"]))
-    _check_devices(args.out, args.expect_devices)
-
-
-def _partition_dirichlet(args) -> None:
-    import numpy as np
-
-    from .data import FederatedDataset
-    from .partition import write_dirichlet
-
-    prov = write_dirichlet(args.pool, args.out, devices=args.devices, alpha=args.alpha, name=args.name,
-                           scheme=args.scheme, min_partition_size=args.min_partition_size,
-                           self_balancing=args.self_balancing, max_retries=args.max_retries,
-                           train_fraction=args.train_fraction, seed=args.seed, repeats=args.repeats)
-    with FederatedDataset(args.out) as dataset:
-        sizes = dataset.train_sizes + dataset.test_sizes
-    print(f"{args.name}: {prov['pool']['repeated_rows_dropped']} rows of the pool repeat an earlier one: "
-          + ("dropped" if args.repeats == "drop" else "kept (--repeats keep)"))
-    print(f"{args.name}: {args.devices} devices from {prov['pool']['samples']} samples of {args.pool} "
-          f"({args.scheme}, alpha {args.alpha:g}, seed {args.seed}, {prov['draws']} draw(s)); samples per device "
-          f"{sizes.min()}-{sizes.max()} (median {np.median(sizes):g}), {prov['unused_samples']} dealt to none")
-
-
-def _import_arrays(args) -> None:
-    from .arrays import import_arrays
-    from .data import FederatedDataset
-
-    prov = import_arrays(args.npz, args.out, name=args.name, train_fraction=args.train_fraction, seed=args.seed,
-                         classes=args.classes)
-    with FederatedDataset(args.out) as dataset:
-        print(f"{args.name}: {prov['rows']} rows of {args.npz}, {dataset.num_devices} device(s) ({prov['devices']}), "
-              f"{dataset.kind} {tuple(dataset.feature_shape)}, {dataset.num_classes} classes; "
-              f"{int(dataset.train_sizes.sum())} train / {int(dataset.test_sizes.sum())} test rows")
-
-
 def _build_dataset(args) -> None:
     import json
 
-    from .planning.kinds import KINDS
-
-    entry = json.loads(args.entry)
-    kind = KINDS.get(entry.get("kind"))
-    if kind is None or kind.build is None:
-        raise ValueError(f"kind {entry.get('kind')!r}: not a kind declared with a build (fedsim.planning.kinds)")
-    print(f"{args.name}: {kind.build(entry, args.files, args.out, args.name)}")
+    named = {"raw": args.files} if args.files else {}
+    for name, path in args.input:
+        named.setdefault(name, []).append(path)
+    _build(json.loads(args.entry), named, args.out, args.name)
 
 
-def _prepare_sent140(args) -> None:
-    from .leaf.niid import kept_line
-    from .leaf.sent140 import build_sent140
+def _build(entry, named, out, name) -> None:
+    from .kinds import build, complete
 
-    fraction = None if args.fraction <= 0 else args.fraction
-    prov = build_sent140(args.raw, args.glove, args.out, fraction=fraction, min_samples=args.min_samples,
-                         train_fraction=args.train_fraction, seed=args.seed, dim=args.dim, name=args.name,
-                         min_samples_rule=args.min_samples_rule)
-    print(f"{args.name}: {prov['leaf_users']} users in the CSVs, vocabulary {prov['vocab_size']} GloVe words")
-    print(kept_line(args.name, prov["counts"], prov["sampling"]))
-    _check_devices(args.out, args.expect_devices)
+    print(f"{name}: {build(complete(entry), named, out, name)}")
 
 
-def _import_json(args) -> None:
-    from .data import FederatedDataset
-    from .leaf.leafjson import import_leaf_json
+# The commands each kind had before `build-dataset` (fedsim.kinds), kept as its aliases: their options
+# are the kind's keys (these renamed), their files its inputs: (kind, {input name: the option holding
+# its files})
+ALIASES = {"generate-synthetic": ("synthetic", {}), "prepare-shakespeare": ("shakespeare", {"raw": "raw"}),
+           "prepare-sent140": ("sent140", {"raw": "raw", "glove": "glove"}),
+           "prepare-femnist": ("femnist", {"raw": "json", "nist": "nist"}),
+           "prepare-femnist62": ("femnist62", {"raw": "json", "nist": "nist"}),
+           "partition-dirichlet": ("dirichlet", {"pool": "pool"}), "import-arrays": ("arrays", {"raw": "npz"}),
+           "import-json": ("json", {"train": "train", "test": "test"})}
+RENAMED = {"dim": "glove_dim", "expect_devices": "devices", "kind": "sample_kind"}
 
-    prov = import_leaf_json(args.train, args.test, args.out, kind=args.kind, name=args.name,
-                            num_classes=args.classes, order=args.order, test_only=args.test_only)
-    with FederatedDataset(args.out) as dataset:
-        print(f"{args.name}: {dataset.num_devices} devices ({prov['user_order']} order), kind {dataset.kind}, "
-              f"{int(dataset.train_sizes.sum())} train / {int(dataset.test_sizes.sum())} test samples, "
-              f"{dataset.num_classes} classes; {prov['test_only_devices']} users with test data only: "
-              f"{'kept' if args.test_only == 'keep' else 'dropped'}")
-    _check_devices(args.out, args.expect_devices)
+
+def _alias(command: str) -> Callable[[argparse.Namespace], None]:
+    """The handler of a kind's own command: its options as the kind's entry, its files as the build's inputs."""
+    kind, files = ALIASES[command]
+
+    def handler(args) -> None:
+        from .kinds import KINDS
+
+        given = {RENAMED.get(key, key): value for key, value in vars(args).items() if value is not None}
+        named = {name: _as_list(given[option]) for name, option in files.items() if option in given}
+        if "nist" in named:  # NIST's zips instead of LEAF JSON: the kind's raw sources
+            if "raw" in named:
+                raise ValueError("give one of --json (LEAF JSON files or folders) and --nist (NIST's zips)")
+            named["raw"] = named.pop("nist")
+        elif files.get("nist") and "raw" not in named:
+            raise ValueError("give one of --json (LEAF JSON files or folders) and --nist (NIST's zips)")
+        keys = {**KINDS[kind].shared_keys, **KINDS[kind].keys}
+        _build({"kind": kind, **{key: value for key, value in given.items() if key in keys}}, named, args.out, args.name)
+    return handler
+
+
+def _as_list(value) -> list:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _datasets_table(args) -> None:
@@ -499,7 +413,7 @@ FIGURE_ARGUMENTS = (
 
 
 COMMANDS = (
-    Command("generate-synthetic", "write a Synthetic(alpha, beta) dataset as HDF5", _generate_synthetic, (
+    Command("generate-synthetic", "write a Synthetic(alpha, beta) dataset as HDF5", _alias('generate-synthetic'), (
         _arg("--name", required=True),
         _arg("--alpha", type=NON_NEGATIVE, default=0.0),
         _arg("--beta", type=NON_NEGATIVE, default=0.0),
@@ -520,16 +434,16 @@ COMMANDS = (
         _arg("--mirror", help="folder holding the file under its source name (no network)"),
         _arg("--path", help="a local copy of the file (no network)"),
         _arg("--retries", type=INDEX, default=4))),
-    Command("prepare-shakespeare", "LEAF's Shakespeare from the Gutenberg e-book, as HDF5", _prepare_shakespeare, (
+    Command("prepare-shakespeare", "LEAF's Shakespeare from the Gutenberg e-book, as HDF5", _alias('prepare-shakespeare'), (
         _arg("--raw", required=True, help="the e-book: 1994-01-100.zip, 100.txt or a gzipped copy"),
         *_leaf_options("shakespeare", sampling=(0.2, 0)))),
-    Command("prepare-sent140", "LEAF's Sent140 from Sentiment140 and GloVe, as HDF5", _prepare_sent140, (
+    Command("prepare-sent140", "LEAF's Sent140 from Sentiment140 and GloVe, as HDF5", _alias('prepare-sent140'), (
         _arg("--raw", required=True, help="trainingandtestdata.zip (or one Sentiment140 CSV)"),
         _arg("--glove", required=True, help="glove.6B.zip (or a GloVe .txt)"),
         _arg("--dim", type=COUNT, default=300, help="GloVe vector length (the member glove.6B.<dim>d.txt)"),
         *_leaf_options("sent140", sampling=(0.3, 30)))),
     Command("prepare-femnist", "FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON or NIST, as HDF5",
-            _prepare_femnist, (
+            _alias('prepare-femnist'), (
         _arg("--json", nargs="+", help="LEAF JSON files or folders (searched recursively)"),
         _arg("--nist", help="NIST SD19 by_class.zip (instead of --json)"),
         _arg("--variant", choices=["faithful", "corrected"], default="faithful"),
@@ -538,7 +452,7 @@ COMMANDS = (
                   "devices would repeat images)"),
         *_leaf_options("femnist"))),
     Command("prepare-femnist62", "LEAF's own FEMNIST (62 classes, one device per writer) from LEAF "
-                                 "data folders or NIST, as HDF5", _prepare_femnist62, (
+                                 "data folders or NIST, as HDF5", _alias('prepare-femnist62'), (
         _arg("--json", nargs="+", help="LEAF data folders, each with train/ and test/ (a writer several hold is "
                                        "taken from the first with its train rows)"),
         _arg("--nist", nargs=2, metavar=("BY_CLASS", "BY_WRITE"),
@@ -547,7 +461,7 @@ COMMANDS = (
              help="--json: writers with test rows only are dropped (LEAF's read_data) or kept"),
         *_leaf_options("femnist62", sampling=(0.05, 0, 0.9)))),
     Command("partition-dirichlet", "a Dirichlet label partition of a dataset's rows into N devices, as HDF5",
-            _partition_dirichlet, (
+            _alias('partition-dirichlet'), (
         _arg("--pool", required=True, help="the dataset file whose train and test rows are pooled"),
         _arg("--devices", type=COUNT, required=True, help="N, the devices the pool is dealt to"),
         _arg("--alpha", type=POSITIVE, required=True, help="the Dirichlet concentration (above 0)"),
@@ -568,7 +482,7 @@ COMMANDS = (
                   f"may then train on one device and test on another) (default: {PARTITION['repeats']})"),
         _arg("--name", default="dirichlet"),
         OUT)),
-    Command("import-arrays", "a user's .npz of arrays (x, y; optional device, test) as HDF5", _import_arrays, (
+    Command("import-arrays", "a user's .npz of arrays (x, y; optional device, test) as HDF5", _alias('import-arrays'), (
         _arg("--npz", required=True, help="x: n x d features or n x C x H x W images; y: n integer labels; "
                                           "device: n device ids (none: a pool, one device); test: n booleans"),
         _partition_train_fraction(when="without `test`: "),
@@ -576,13 +490,18 @@ COMMANDS = (
         _arg("--classes", type=COUNT, help="number of classes: labels 0 .. classes - 1 (default: largest label + 1)"),
         _arg("--name", default="arrays"),
         OUT)),
-    Command("build-dataset", "a dataset of a kind declared in a file of its own (a plugin's "
-                             "kinds/: fedsim.planning.kinds), by its build", _build_dataset, (
-        _arg("--entry", required=True, help="the dataset's config entry as JSON: its kind and the kind's keys"),
-        _arg("--files", nargs="*", default=[], help="the entry's own files (the kind's `own_files`)"),
+    Command("build-dataset", "a dataset entry of any kind (fedsim.kinds, a plugin's among them), by its "
+                             "kind's build", _build_dataset, (
+        _arg("--entry", required=True, help="the dataset's config entry as JSON: its kind and the kind's keys "
+                                            "(their defaults fill the rest)"),
+        _arg("--files", nargs="*", default=[], help="its raw files: the entry's own (the kind's `own_files`), "
+                                                    "else its raw sources'"),
+        _arg("--input", type=_named_input, action="append", default=[], metavar="NAME=PATH",
+             help="a file of another of its inputs (a JSON import's train and test, a partition's pool, "
+                  "Sent140's glove), once a file"),
         _arg("--name", required=True),
         OUT)),
-    Command("import-json", "LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5", _import_json, (
+    Command("import-json", "LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5", _alias('import-json'), (
         _arg("--train", required=True, nargs="+", help="train JSON files or folders (.json, .json.gz)"),
         _arg("--test", required=True, nargs="+", help="test JSON files or folders"),
         _arg("--kind", choices=["femnist", "shakespeare", "synthetic"],

@@ -216,6 +216,8 @@ class FederatedDataset:
             self.attrs["provenance"] = json.loads(self.attrs.get("provenance", "{}"))
             self.name, self.kind, self.num_classes = self.attrs["name"], self.attrs["kind"], self.attrs["num_classes"]
             self.clients = self._f["clients"].asstr()[:].tolist()
+            # arrays a builder stored beside the format's (Sent140's `embedding`), by name
+            self.extras = sorted(set(self._f) - {"clients", *SPLITS})
             self._offsets = {s: self._f[f"{s}/offsets"][:] for s in SPLITS}
             self.feature_shape = self._f["train/x"].shape[1:]
             self.x_dtypes = {s: self._f[f"{s}/x"].dtype for s in SPLITS}  # as stored (load's x_into takes it)

@@ -55,9 +55,14 @@ def _provenance(record: dict) -> dict:
     return json.loads(prov) if isinstance(prov, str) else prov
 
 
+def _generated(prov: dict) -> bool:
+    """A synthetic dataset generated here (fedsim.synthetic), not imported."""
+    return prov.get("generator") == "fedsim.synthetic"
+
+
 def dataset_title(record: dict) -> str:
     prov = _provenance(record)
-    if record["dataset"].get("kind") == "synthetic" and "alpha" in prov:  # generated here, not imported
+    if _generated(prov):  # generated here, not imported
         return "Synthetic IID" if prov.get("iid") else f"Synthetic ({prov['alpha']:g},{prov['beta']:g})"
     return record["dataset"]["name"]
 
@@ -65,7 +70,7 @@ def dataset_title(record: dict) -> str:
 def panel_order(record: dict) -> tuple:
     """The paper's order: synthetic sets by rising heterogeneity (IID first), then the rest."""
     prov = _provenance(record)
-    if record["dataset"].get("kind") == "synthetic" and "alpha" in prov:
+    if _generated(prov):
         return (0, not prov.get("iid"), prov.get("alpha", 0), prov.get("beta", 0), record["dataset"]["name"])
     return (1, False, 0, 0, record["dataset"]["name"])
 

@@ -204,8 +204,8 @@ def write_dirichlet(pool_path, out_path, *, devices, alpha, name=None, scheme=DE
     from .leaf.common import write_partition
 
     with FederatedDataset(pool_path) as pool:
-        if pool.kind == "sent140":
-            raise ValueError(f"{pool_path}: a sent140 dataset's token ids need its embedding; partition an "
+        if "embedding" in pool.extras:  # its token ids index its own rows of an embedding (Sent140's GloVe)
+            raise ValueError(f"{pool_path}: a {pool.kind} dataset's token ids need its embedding; partition an "
                              "image or feature dataset")
         check_settings(int(pool.train_sizes.sum() + pool.test_sizes.sum()), devices, alpha, scheme=scheme,
                        min_partition_size=min_partition_size, max_retries=max_retries)  # before reading rows

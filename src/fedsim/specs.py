@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import ast
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
+from typing import Callable
 
 FEATURES, IMAGE = "features", "image"
 MODELS_DIR = Path(__file__).with_name("models")
@@ -65,6 +66,63 @@ class ModelSpec:
     def takes(self, samples: str | None) -> bool:
         """Whether it reads these samples (None: not known yet, so not refused here)."""
         return samples is None or samples in self.samples
+
+
+@dataclass(frozen=True)
+class Kind:
+    """What a data kind declares: the KIND of its one file, fedsim/kinds/<name>.py or a plugin's
+    kinds/<name>.py (fedsim.kinds reads them). The planning reads everything but `build` at every
+    snakemake call, so a kind's file imports no torch (its build imports what it needs)."""
+
+    name: str
+    file_kind: str | None   # the kind of the files it builds (FILE_KINDS); None: its pool's, its files' or known once built
+    # its dataset entry's keys, as JSON schema properties (a `default` fills an entry that leaves the key
+    # out; `required`: the keys it must give); fedsim.planning.configcheck builds the schema from them
+    keys: dict = field(default_factory=dict)
+    required: tuple[str, ...] = ()
+    # build(entry, files, out, name) -> one line for the log: writes the dataset file (fedsim.data.write_dataset)
+    # from the entry (its keys, defaults filled, without the training keys) and `files` (fedsim.kinds.Files:
+    # a list of its raw files, and files["<input>"] each named input's)
+    build: Callable | None = None
+    # a top-level config section of settings its entries share (each may set its own), and their keys as
+    # JSON schema properties (a `default` fills the section)
+    shared: str | None = None
+    shared_keys: dict = field(default_factory=dict)
+    # The files its build reads, by input name: raw sources (`sources:` of the config; "raw" replaced by
+    # the files of the entry's key `own_files` where it names some: FEMNIST's LEAF JSON, an .npz), the
+    # files of entry keys of their own (`named_files`: a JSON import's train and test), the dataset it
+    # pools (`pools`: a Dirichlet partition's, whose samples and model it takes)
+    sources: dict = field(default_factory=dict)
+    own_files: str | None = None
+    named_files: tuple[str, ...] = ()
+    pools: bool = False
+    poolable: bool = True   # a partition may pool its rows (Sent140's word ids mean nothing without its embedding)
+    built: bool = False     # built from raw files or other datasets (datasets.csv lists them)
+    model: str | None = None    # its default model where its file kind does not say (a user's arrays: MCLR)
+    # describe(entry) -> {"samples", "shape", "rows", "devices": whether it has device ids (else a pool)}: what
+    # its own files hold, read before the build (ValueError: one line naming the file)
+    describe: Callable | None = None
+    check_pool: Callable | None = None  # check_pool(entry, samples): ValueError where its pool cannot hold it
+    reads: Callable | None = None       # reads(entry) -> the keys its build reads (default: all but the training keys)
+    check: Callable | None = None       # check(entry) -> (key, what is wrong) or None: beyond the schema
+    size_gb: Callable | None = None     # size_gb(entry) -> the dataset's size before it is built, in GB
+    mem_mb: int = 8192      # its build job's resources
+    runtime: int = 30       # minutes
+    # an MCLR run's seconds per selected device and local epoch, evaluation included (fedsim.planning.cost)
+    mclr_device_epoch_s: float = 0.001
+    # How the report names its datasets (fedsim.planning.captions): what the kind is, in a few words,
+    # and an entry's own settings beyond its device count, detail(entry) -> text
+    words: str | None = None
+    detail: Callable | None = None
+    paper: bool = False     # the paper's kind of data (its findings may stand beside a figure of it)
+
+    @property
+    def samples(self) -> str | None:
+        return FILE_KINDS[self.file_kind][0] if self.file_kind else None
+
+    @property
+    def default_model(self) -> str | None:
+        return FILE_KINDS[self.file_kind][1] if self.file_kind else self.model
 
 
 def _read_spec(path: Path) -> ModelSpec | None:

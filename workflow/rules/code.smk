@@ -47,11 +47,12 @@ def model_code(dataset):
 
 @cache
 def _kind_fingerprint(kind):
-    return tuple(jobs.kind_fingerprint(code_dir(), kind))
+    return tuple(jobs.kind_fingerprint(Path(workflow.basedir, "src", "fedsim"), code_dir(), kind))
 
 
 def kind_code(dataset):
-    """A plugin kind's file, for the build of a dataset of that kind (fedsim.planning.jobs.kind_fingerprint)."""
+    """Code of a dataset's build: its kind's module and what it imports, or a plugin kind's file
+    (fedsim.planning.jobs.kind_fingerprint): an edit of a kind rebuilds that kind's datasets."""
     return list(_kind_fingerprint(dataset_cfg(dataset)["kind"]))
 
 

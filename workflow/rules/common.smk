@@ -18,18 +18,27 @@ from pathlib import Path
 
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
+try:  # the data kinds, a plugin's among them: a kind file's mistake in one line
+    from fedsim import kinds as _kinds  # noqa: E402
+except ImportError as err:
+    if type(err).__name__ != "KindFileError":
+        raise
+    sys.exit(f"Kind error: {err}")
 from fedsim import atomic  # noqa: E402
 from fedsim.planning import captions, cost, experiments, jobs, kinds  # noqa: E402
 from fedsim.planning.configcheck import (check_config, check_partition_pools, command_line_types,  # noqa: E402
                                load_schema, pool_samples, target_read_as_config)
 from fedsim.planning.experiments import ConfigError, as_list, fmt  # noqa: E402
-from fedsim.planning.kinds import BUILT_KINDS  # noqa: E402
+from fedsim.kinds import BUILT_KINDS, KINDS  # noqa: E402
 from fedsim.specs import model_specs  # noqa: E402
 from fedsim.planning.jobs import model_args, setting_args  # noqa: E402
 from fedsim.planning.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES  # noqa: E402
 
-SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
+try:
+    SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
+except ValueError as err:  # two kinds' keys that clash, a kind's key every entry has
+    sys.exit(f"Kind error: {err}")
 METHODS = list(ENTRIES)  # methods and their variants (feddane_authors), by name
 # --config's nested values arrive as text ('20'): typed as a config file would type them. Only
 # those: config_settings.config holds what --config gave (overwrite_config mixes in the --configfile
@@ -73,8 +82,9 @@ def dataset_cfg(dataset):
     return config["datasets"][dataset]
 
 
-def datasets_of_kind(kind):
-    return [name for name, entry in config["datasets"].items() if entry["kind"] == kind]
+def dataset_kind(dataset):
+    """A dataset entry's kind (fedsim.kinds): its build's declaration."""
+    return KINDS[config["datasets"][dataset]["kind"]]
 
 
 def alternatives(names):
@@ -249,12 +259,12 @@ config["_report"] = captions.front_page(config, selection_results())
 
 # ---- Per-rule arguments and resources (fedsim.planning.jobs), bound to this config
 
-(synthetic_args, leaf_args, json_args, arrays_args, dirichlet_args, declared_entry, raw_file, fetch_inputs, fetch_args,
- init_files, run_args, eval_args, train_device, train_gpus, train_mem_mb, method_options_text) = (
+(build_entry, raw_file, fetch_inputs, fetch_args, init_files, run_args, eval_args, train_device, train_gpus,
+ train_mem_mb, method_options_text) = (
     partial(getattr(jobs, name), config) for name in (
-        "synthetic_args", "leaf_args", "json_args", "arrays_args", "dirichlet_args", "declared_entry", "raw_file",
-        "fetch_inputs", "fetch_args", "init_files", "run_args", "eval_args", "train_device", "train_gpus",
-        "train_mem_mb", "method_options_text"))
+        "build_entry", "raw_file", "fetch_inputs", "fetch_args", "init_files", "run_args", "eval_args",
+        "train_device", "train_gpus", "train_mem_mb", "method_options_text"))
+build_files = jobs.build_files
 
 
 def dataset_inputs(dataset):

@@ -19,7 +19,8 @@ from ..methods import ENTRIES, resolve
 from ..styles import in_legend_order
 from . import experiments as ex
 from .jobs import method_options
-from .kinds import KINDS, trains_linear_softmax
+from ..kinds import KINDS
+from .kinds import trains_linear_softmax
 
 # What makes an experiment the paper's: one of its figures drawn, of (at least) the methods the paper
 # compares, on the paper's kinds of data. Its finding then stands beside the figure, as the paper's.
@@ -32,7 +33,6 @@ PAPER_FINDINGS = {
                "that favours it, FedDANE is worse than FedAvg and FedProx, most on the heterogeneous sets.",
 }
 PAPER_METHODS = ("fedavg", "fedprox", "feddane")
-PAPER_KINDS = ("synthetic", "femnist", "sent140", "shakespeare", "json")  # json: LEAF's files, the authors' data
 
 # The datasets' kinds in words (a plugin's kind: "built by the plugin kind <name>").
 # What a method is, where its label does not say it: the paper's FedDANE and the authors' term, the
@@ -93,10 +93,10 @@ def _in_order(methods) -> list[str]:
 
 def is_papers(cfg, experiment) -> bool:
     """Whether an experiment is one of the paper's: a figure of the paper (PAPER_FINDINGS), drawn of the
-    methods the paper compares (PAPER_METHODS) on the paper's kinds of data (PAPER_KINDS)."""
+    methods the paper compares (PAPER_METHODS) on the paper's kinds of data (Kind.paper)."""
     exp = cfg["experiments"][experiment]
     return (exp.get("figure") in PAPER_FINDINGS and set(PAPER_METHODS) <= set(exp["methods"])
-            and all(cfg["datasets"][d]["kind"] in PAPER_KINDS for d in exp["datasets"]))
+            and all(KINDS[cfg["datasets"][d]["kind"]].paper for d in exp["datasets"]))
 
 
 # ---- What each method ran at

@@ -17,22 +17,19 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from ..arrays import describe as describe_arrays
 from ..download import SOURCES
+from ..kinds import KINDS, kind_of
 from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, lr_grid, method_kind,
                           method_setting, method_values, mu_source, n_devices, settings as experiment_settings,
-                          synthetic_settings, tunes, used_datasets)
+                          tunes, used_datasets)
 from ..methods import ENTRIES, REGISTRY
-from ..partition import DEFAULTS as PARTITION_DEFAULTS, check_settings
 from ..settings import TAIL_FRACTION, RunConfig, rng_problem
-from .kinds import KINDS, entry_model, fit_problem, trains_linear_softmax
-from ..synthetic import DEFAULTS as SYNTHETIC_DEFAULTS, MEAN_SAMPLES
+from .kinds import entry_model, fit_problem, resolved_entry, trains_linear_softmax
 
 # Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
 MAX_ROUNDS = 100_000
 MAX_RUNS = 10_000
 MAX_DATASET_GB = 8.0
-SYNTHETIC_MEAN_SAMPLES = MEAN_SAMPLES  # a synthetic device's mean sample count (fedsim.synthetic)
 
 
 # The schema's keys that are one run setting each (fedsim.settings.RunConfig's field of that name), by
@@ -54,10 +51,9 @@ def schema_at(schema: dict, path) -> dict:
 
 def load_schema(path) -> dict:
     """The config schema, with what fedsim declares filled in: the method list from its registry
-    (methods and variants), the dataset kinds (fedsim.planning.kinds, a plugin's keys with them), the run settings' allowed values and defaults from RunConfig
-    (RUN_SETTINGS), the synthetic generator's defaults (fedsim.synthetic.DEFAULTS), the tuning
-    criterion's tail fraction (fedsim.settings.TAIL_FRACTION) and the raw sources' names
-    (fedsim.download.SOURCES)."""
+    (methods and variants), the dataset kinds and their keys (fedsim.kinds, a plugin's among them), the run
+    settings' allowed values and defaults from RunConfig (RUN_SETTINGS), the tuning criterion's tail
+    fraction (fedsim.settings.TAIL_FRACTION) and the raw sources' names (fedsim.download.SOURCES)."""
     schema = yaml.safe_load(Path(path).read_text())
     schema["definitions"]["method"]["enum"] = list(ENTRIES)
     fields = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -69,37 +65,51 @@ def load_schema(path) -> dict:
                 properties[name]["enum"] = list(f.metadata["choices"]) + ([None] if f.default is None else [])
             if f.default is not dataclasses.MISSING:
                 properties[name]["default"] = f.default
-    for key, default in SYNTHETIC_DEFAULTS.items():
-        schema["properties"]["synthetic"]["properties"][key]["default"] = default
-    for key, default in PARTITION_DEFAULTS.items():
-        _kind_properties(schema, "dirichlet")[key]["default"] = default
-    _add_declared_kinds(schema)
+    _add_kinds(schema)
     schema["properties"]["tuning"]["properties"]["fraction"]["default"] = TAIL_FRACTION
     schema["properties"]["sources"]["properties"] = {name: {"$ref": "#/definitions/source"} for name in SOURCES}
     return schema
 
 
-def _add_declared_kinds(schema: dict) -> None:
-    """The dataset kinds of fedsim.planning.kinds as the schema's `kind` values; a kind declared in a file of its
-    own adds its keys (their defaults and its required keys in a block of its own)."""
+def _add_kinds(schema: dict) -> None:
+    """The dataset kinds (fedsim.kinds) as the schema's `kind` values, and each kind's keys: the entry's
+    properties name every kind's keys, each kind's `if kind: ... then:` block holds its rules, required
+    keys and defaults; a kind's shared section (Kind.shared) is a top-level property. A key two kinds
+    declare has one JSON type: a clash names both kinds and the types."""
     entry = schema["properties"]["datasets"]["additionalProperties"]
     entry["properties"]["kind"]["enum"] = list(KINDS)
+    common, declared = set(entry["properties"]), {}  # declared: key -> (the first kind declaring it, its types)
     for name, kind in KINDS.items():
-        if kind.build is None:  # fedsim's own: the schema file states its keys
-            continue
-        for key, rule in kind.keys.items():
-            plain = {k: v for k, v in rule.items() if k != "default"}
-            if entry["properties"].setdefault(key, plain) != plain:
-                raise ValueError(f"kind {name}: its key {key!r} is another kind's, of another type")
-        defaults = {key: {"default": rule["default"]} for key, rule in kind.keys.items() if "default" in rule}
-        entry["allOf"].append({"if": {"properties": {"kind": {"const": name}}},
-                               "then": {"required": list(kind.required), "properties": defaults}})
+        keys = {**{key: _without_default(rule) for key, rule in kind.shared_keys.items()}, **kind.keys}
+        for key, rule in keys.items():
+            if key in common:
+                raise ValueError(f"kind {name} declares the key {key!r}, which every dataset entry has: rename it")
+            types = _json_types(rule)
+            first, first_types = declared.setdefault(key, (name, types))
+            if first_types != types:
+                raise ValueError(f"kinds {first} and {name} both declare the key {key!r}, of types "
+                                 f"{' or '.join(first_types)} and {' or '.join(types)}: rename one")
+            entry["properties"].setdefault(key, {})  # its rules: its kind's block
+        entry["allOf"].append({"if": {"properties": {"kind": {"const": name}}, "required": ["kind"]},
+                               "then": {"required": list(kind.required), "properties": keys}})
+        if kind.shared:
+            schema["properties"][kind.shared] = {
+                "description": f"settings every dataset of kind {name} shares (an entry may set its own)",
+                "type": "object", "additionalProperties": False, "default": {}, "properties": kind.shared_keys}
 
 
-def _kind_properties(schema: dict, kind: str) -> dict:
-    """The properties a dataset entry of `kind` gets (its `if kind: ... then:` block of the schema)."""
-    blocks = schema["properties"]["datasets"]["additionalProperties"]["allOf"]
-    return next(b["then"]["properties"] for b in blocks if b["if"]["properties"]["kind"].get("const") == kind)
+def _without_default(rule: dict) -> dict:
+    return {k: v for k, v in rule.items() if k != "default"}
+
+
+def _json_types(rule: dict) -> tuple[str, ...]:
+    """The JSON types a key's rule admits (a $ref: its definition's name), to compare two kinds' keys."""
+    if "$ref" in rule:
+        return (rule["$ref"].rsplit("/", 1)[-1],)
+    if "type" in rule:
+        return tuple(sorted(as_list(rule["type"])))
+    alternatives = rule.get("oneOf") or rule.get("anyOf") or []
+    return tuple(sorted({t for sub in alternatives for t in _json_types(sub)})) or ("any",)
 
 
 def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
@@ -111,22 +121,23 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
     bad = _non_finite(cfg)
     if bad is not None:
         raise ConfigError(bad, f"{_value_at(cfg, bad)} is not a finite number")
+    _check_kinds_known(cfg)
     validator = _with_defaults(jsonschema.Draft7Validator)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(cfg))
     if error is not None:
         raise ConfigError(*_explain(error))
     _check_results_dir(cfg, project_dir)
     for name, entry in cfg["datasets"].items():
-        if entry["kind"] == "synthetic" and entry["iid"]:
-            for key in ("alpha", "beta"):
-                if entry[key] != 0:
-                    raise ConfigError(["datasets", name, key], "must be 0 when iid is true")
+        check = KINDS[entry["kind"]].check
+        problem = check(resolved_entry(cfg, name)) if check else None
+        if problem:
+            raise ConfigError(["datasets", name, problem[0]], problem[1])
     built_from = {cfg["datasets"].get(d, {}).get("pool") for d in used_datasets(cfg)}
     for name, entry in cfg["datasets"].items():
-        if entry["kind"] == "arrays" and (name in used_datasets(cfg) or name in built_from):
-            _check_arrays(cfg, name, entry)
-    for name, entry in cfg["datasets"].items():  # after the arrays: a pool's samples are read from its file
-        if entry["kind"] == "dirichlet":
+        if KINDS[entry["kind"]].describe and (name in used_datasets(cfg) or name in built_from):
+            _check_own_files(cfg, name, entry)
+    for name, entry in cfg["datasets"].items():  # after the files: a pool's samples are read from its file
+        if KINDS[entry["kind"]].pools:
             _check_pool(cfg, name, entry)
     for name in used_datasets(cfg):  # after the pools: a partition's samples are its pool's
         if name in cfg["datasets"]:  # (an unknown one: the experiment's check names it)
@@ -161,9 +172,9 @@ def pool_samples(cfg: dict, name, path) -> int | None:
     these fail, so a refusal from either is sure."""
     samples = built_samples(path)
     entry = cfg["datasets"][name]
-    if samples is None and entry["kind"] == "arrays":
+    if samples is None and KINDS[entry["kind"]].describe:
         try:
-            samples = describe_arrays(entry["npz"])["rows"]
+            samples = KINDS[entry["kind"]].describe(entry)["rows"]
         except ValueError:
             return None  # the config check names the file's problem
     return samples
@@ -176,12 +187,12 @@ def check_partition_pools(cfg: dict, pool_samples) -> None:
     failed build."""
     for name in used_datasets(cfg):
         entry = cfg["datasets"][name]
-        samples = pool_samples(entry["pool"]) if entry["kind"] == "dirichlet" else None
+        kind = KINDS[entry["kind"]]
+        samples = pool_samples(entry["pool"]) if kind.pools and kind.check_pool else None
         if samples is None:
             continue
         try:
-            check_settings(samples, entry["devices"], entry["alpha"], scheme=entry["scheme"],
-                           min_partition_size=entry["min_partition_size"], max_retries=entry["max_retries"])
+            kind.check_pool(entry, samples)
         except ValueError as err:
             raise ConfigError(["datasets", name], f"{err} (the pool {entry['pool']})") from None
 
@@ -363,18 +374,33 @@ def _check_pool(cfg, name, entry) -> None:
                                  f"(not {' or '.join(unpooled)})")
 
 
-def _check_arrays(cfg, name, entry) -> None:
-    """A user's .npz holds what fedsim.arrays reads; one without device ids is a pool, which no
-    experiment runs on directly."""
+def _check_kinds_known(cfg) -> None:
+    """Each dataset entry's kind is one fedsim.kinds knows (a user's own: FEDSIM_PLUGINS names its folder),
+    said before the schema, whose first complaint would be the unknown kind's first key."""
+    for name, entry in (cfg.get("datasets") or {}).items():
+        kind = entry.get("kind") if isinstance(entry, dict) else None
+        if isinstance(kind, str) and kind not in KINDS:
+            try:
+                kind_of(kind)
+            except ValueError as err:
+                raise ConfigError(["datasets", name, "kind"], str(err)) from None
+
+
+def _check_own_files(cfg, name, entry) -> None:
+    """A kind whose own files are read before the build (Kind.describe: a user's .npz) holds what its
+    kind reads; one without device ids is a pool, which no experiment runs on directly."""
+    kind = KINDS[entry["kind"]]
     try:
-        about = describe_arrays(entry["npz"])
+        about = kind.describe(entry)
     except ValueError as err:
-        raise ConfigError(["datasets", name, "npz"], str(err)) from None
+        raise ConfigError(["datasets", name, kind.own_files], str(err)) from None
     if not about["devices"]:
         users = [e for e, exp in cfg["experiments"].items() if name in exp["datasets"]]
+        partitions = " or ".join(k for k, declared in KINDS.items() if declared.pools)
         if users:
-            raise ConfigError(["datasets", name], f"{entry['npz']} has no `device` ids: it is a pool; let experiment "
-                                                  f"{users[0]} run a kind: dirichlet entry with pool: {name}")
+            raise ConfigError(["datasets", name], f"{entry[kind.own_files]} has no `device` ids: it is a pool; let "
+                                                  f"experiment {users[0]} run a kind: {partitions} entry with pool: "
+                                                  f"{name}")
 
 
 def _check_model(cfg, name) -> None:
@@ -530,11 +556,12 @@ def _check_sizes(cfg) -> None:
         entry = cfg["datasets"][name]
         if entry["rounds"] > MAX_ROUNDS:
             raise ConfigError(["datasets", name, "rounds"], f"{entry['rounds']} is above the ceiling of {MAX_ROUNDS} ({hint})")
-        if entry["kind"] == "synthetic":
-            settings = synthetic_settings(cfg, name)
-            gigabytes = settings["devices"] * SYNTHETIC_MEAN_SAMPLES * (settings["features"] + 1) * 4 / 1e9
+        kind = KINDS[entry["kind"]]
+        if kind.size_gb:
+            settings = resolved_entry(cfg, name)
+            gigabytes = kind.size_gb(settings)
             if gigabytes > MAX_DATASET_GB:
-                key = ["datasets", name, "devices"] if "devices" in entry else ["synthetic", "devices"]
+                key = ["datasets", name, "devices"] if "devices" in entry else [kind.shared, "devices"]
                 raise ConfigError(key, f"{settings['devices']} devices would make a dataset of about "
                                   f"{gigabytes:,.0f} GB (above the ceiling of {MAX_DATASET_GB:g} GB; {hint})")
     runs = 0

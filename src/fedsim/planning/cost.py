@@ -40,7 +40,8 @@ from statistics import NormalDist
 import numpy as np
 
 from .experiments import RUN_FIELDS, ConfigError
-from .kinds import KINDS, TOKEN_KINDS, entry_dissimilarity, entry_model, trains_linear_softmax
+from ..kinds import KINDS, TOKEN_KINDS
+from .kinds import entry_dissimilarity, entry_model, trains_linear_softmax
 from ..specs import model_spec
 from .jobs import train_device
 from ..methods import ENTRIES

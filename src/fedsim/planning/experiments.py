@@ -18,11 +18,9 @@ import pandas as pd
 from ..methods import ENTRIES
 from ..settings import clients_per_round_problem
 from ..styles import in_legend_order
-from .kinds import model_tag, sources, trains_linear_softmax
-from ..synthetic import DEFAULTS as SYNTHETIC_DEFAULTS
+from ..kinds import KINDS
+from .kinds import model_tag, n_devices, sources, trains_linear_softmax
 
-
-SYNTHETIC_KEYS = tuple(SYNTHETIC_DEFAULTS)  # the generator's settings a synthetic dataset's entry may override
 # What names a run (its folder); T is the run tag (its rounds, model and client lr where not the dataset's:
 # run_tag), theory the theory tag (run_stem)
 # mu: the value of the method's setting (setting_name: its mu, or the option it is tuned over)
@@ -68,30 +66,15 @@ def fmt(x) -> str:
 # Datasets
 # ---------------------------------------------------------------------------------------
 
-def synthetic_settings(cfg, dataset) -> dict:
-    """Generator settings of a synthetic dataset: shared `synthetic` + its overrides."""
-    entry = cfg["datasets"][dataset]
-    return {**cfg["synthetic"], **{k: entry[k] for k in SYNTHETIC_KEYS if k in entry}}
-
-
-def n_devices(cfg, dataset):
-    """Number of devices of a dataset, where the config determines it (else None): the LEAF and
-    JSON kinds' count is the one the config declares (checked when the file is built); a Dirichlet
-    partition's is the count it deals to."""
-    if cfg["datasets"][dataset]["kind"] == "synthetic":
-        return synthetic_settings(cfg, dataset)["devices"]
-    return cfg["datasets"][dataset].get("devices")
-
-
 def used_datasets(cfg) -> list[str]:
     """The datasets some experiment runs (others may be defined but are never built)."""
     return sorted({d for exp in cfg["experiments"].values() for d in exp["datasets"]})
 
 
 def dataset_sources(cfg, dataset) -> list[str]:
-    """The raw sources (keys of `sources`) a dataset is built from (a Dirichlet partition: its pool's)."""
+    """The raw sources (keys of `sources`) a dataset is built from (a partition: its pool's)."""
     entry = cfg["datasets"][dataset]
-    if entry["kind"] == "dirichlet":  # the config check has refused a pool that is itself a partition
+    if KINDS[entry["kind"]].pools:  # the config check has refused a pool that is itself a partition
         pool = entry.get("pool")
         return dataset_sources(cfg, pool) if pool in cfg["datasets"] and pool != dataset else []
     return sources(cfg, dataset)

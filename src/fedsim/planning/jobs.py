@@ -18,84 +18,33 @@ from pathlib import Path
 
 from .. import atomic
 from ..specs import FILE_KINDS, MODELS_DIR, model_file
-from .experiments import RUN_FIELDS, fmt, setting_name, synthetic_settings, tag_lr, tag_model
-from .kinds import BUILT_KINDS, PLUGIN_KIND_FILES, entry_dissimilarity, trains_linear_softmax
+from ..kinds import BUILT_KINDS, KINDS, PLUGIN_KIND_FILES
+from .experiments import RUN_FIELDS, fmt, setting_name, tag_lr, tag_model
+from .kinds import entry_dissimilarity, resolved_entry, trains_linear_softmax
 from ..methods import ENTRIES, PLUGIN_METHOD_FILES, USES, resolve
-
-# Per dataset kind: the entry's keys a LEAF builder takes, as --flags (glove_dim is --dim);
-# FEMNIST-62's from LEAF data folders (`json`) take only test_only, its LEAF sampling being done
-LEAF_SAMPLING_KEYS = ("fraction", "min_samples", "min_samples_rule", "train_fraction", "seed")
-LEAF_KEYS = {"shakespeare": LEAF_SAMPLING_KEYS, "sent140": (*LEAF_SAMPLING_KEYS, "glove_dim"),
-             "femnist": ("variant", "seed"), "femnist62": LEAF_SAMPLING_KEYS}
-FLAGS = {"glove_dim": "dim"}
-# A Dirichlet partition's keys, as --flags of `fedsim partition-dirichlet`; the per_class scheme's own
-# (self_balancing is --self-balancing / --no-self-balancing) are passed only for it
-PARTITION_KEYS = ("devices", "alpha", "scheme", "min_partition_size", "train_fraction", "seed", "repeats")
-PER_CLASS_KEYS = ("max_retries",)
-
-
-def synthetic_args(cfg, dataset) -> str:
-    """Arguments of `fedsim generate-synthetic` for one dataset."""
-    entry, settings = cfg["datasets"][dataset], synthetic_settings(cfg, dataset)
-    args = [f"--alpha {fmt(entry['alpha'])}", f"--beta {fmt(entry['beta'])}", *(["--iid"] if entry["iid"] else [])]
-    args += [f"--devices {settings['devices']}", f"--features {settings['features']}", f"--classes {settings['classes']}",
-             f"--train-fraction {fmt(settings['train_fraction'])}", f"--seed {settings['seed']}"]
-    return " ".join(args)
-
-
-def leaf_args(cfg, dataset) -> str:
-    """Arguments of `fedsim prepare-<kind>` besides its raw inputs: LEAF's sampling, the
-    construction's settings and the device count the config declares."""
-    entry = cfg["datasets"][dataset]
-    keys = ("test_only",) if entry["kind"] == "femnist62" and "json" in entry else LEAF_KEYS[entry["kind"]]
-    args = [_flag(k, entry[k]) for k in keys]
-    args += ["--allow-reuse"] if entry.get("allow_reuse") else []
-    return " ".join(args + _expect_devices(entry))
-
-
-def _flag(key, value) -> str:
-    return f"--{FLAGS.get(key, key).replace('_', '-')} {fmt(value)}"
-
-
-def dirichlet_args(cfg, dataset) -> str:
-    """Arguments of `fedsim partition-dirichlet` besides its pool: the partition's settings (those
-    of the per_class scheme only for it, so that editing them reruns no per_device partition)."""
-    entry = cfg["datasets"][dataset]
-    args = [_flag(k, entry[k]) for k in PARTITION_KEYS]
-    if entry["scheme"] == "per_class":
-        args += [_flag(k, entry[k]) for k in PER_CLASS_KEYS]
-        args += ["--self-balancing" if entry["self_balancing"] else "--no-self-balancing"]
-    return " ".join(args)
-
-
-def json_args(cfg, dataset) -> str:
-    """Arguments of `fedsim import-json` besides its inputs."""
-    entry = cfg["datasets"][dataset]
-    args = [f"--order {entry['order']} --test-only {entry['test_only']}"]
-    args += [f"--classes {entry['classes']}"] if "classes" in entry else []
-    return " ".join(args + _expect_devices(entry))
-
-
-def arrays_args(cfg, dataset) -> str:
-    """Arguments of `fedsim import-arrays` besides its .npz: how a device's rows split without `test`."""
-    entry = cfg["datasets"][dataset]
-    return f"--train-fraction {entry['train_fraction']} --seed {entry['seed']}"
-
 
 # A dataset entry's keys that say how its runs train, not what the dataset holds
 TRAINING_KEYS = ("lr", "batch_size", "rounds", "fedprox_mu", "eval_devices", "eval_every", "dissimilarity", "load",
                  "model")
 
 
-def declared_entry(cfg, dataset) -> str:
-    """`fedsim build-dataset`'s --entry for a kind declared in a file of its own: the entry but its
-    TRAINING_KEYS, as JSON (its lr, say, changes no dataset: no rebuild)."""
-    entry = cfg["datasets"][dataset]
-    return json.dumps({k: v for k, v in entry.items() if k not in TRAINING_KEYS}, sort_keys=True)
+def build_entry(cfg, dataset) -> str:
+    """`fedsim build-dataset`'s --entry: the entry with its kind's shared settings, but its TRAINING_KEYS
+    and the keys its kind's build does not read (Kind.reads), as JSON: its lr, say, changes no dataset
+    (no rebuild)."""
+    entry = resolved_entry(cfg, dataset)
+    reads = KINDS[entry["kind"]].reads
+    keys = set(reads(entry) if reads else entry) - set(TRAINING_KEYS)
+    return json.dumps({k: v for k, v in entry.items() if k in keys}, sort_keys=True)
 
 
-def _expect_devices(entry) -> list[str]:
-    return [f"--expect-devices {entry['devices']}"] if "devices" in entry else []
+def build_files(named) -> str:
+    """`fedsim build-dataset`'s inputs from its build's named inputs (fedsim.planning.kinds.inputs as
+    paths): --files the raw ones, --input NAME=PATH each other's (a JSON import's train and test, a
+    partition's pool, Sent140's GloVe)."""
+    args = ["--files", *named.get("raw", [])] if named.get("raw") else []
+    args += [f"--input={name}={path}" for name, paths in named.items() if name != "raw" for path in paths]
+    return shlex.join(args)
 
 
 def raw_file(cfg, source) -> str:
@@ -349,8 +298,10 @@ def method_fingerprint(package_dir, out_dir, method: str) -> list[str]:
                   for path in file_fingerprint(out_dir, f"methods.{m}", [str(PLUGIN_METHOD_FILES[m])])]
 
 
-def kind_fingerprint(out_dir, kind: str) -> list[str]:
-    """A plugin kind's file (the code its dataset's build runs, beside fedsim.planning.kinds), as one
-    input file like code_fingerprint's; [] for fedsim's own kinds, whose rules name their code."""
+def kind_fingerprint(package_dir, out_dir, kind: str) -> list[str]:
+    """The code a dataset's build runs, as one input file like code_fingerprint's: fedsim's own kind's
+    module and what it imports; a user's own (FEDSIM_PLUGINS): the kinds' registry and its file."""
     path = PLUGIN_KIND_FILES.get(kind)
-    return [] if path is None else file_fingerprint(out_dir, f"kinds.{kind}", [str(path)])
+    if path is None:
+        return code_fingerprint(package_dir, out_dir, f"kinds.{kind}")
+    return code_fingerprint(package_dir, out_dir, "kinds") + file_fingerprint(out_dir, f"kinds.{kind}", [str(path)])

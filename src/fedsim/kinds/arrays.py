@@ -1,0 +1,30 @@
+"""A user's own .npz of arrays (fedsim.arrays): x (n x d features or n x C x H x W images), y (n
+integer labels), optional device ids and test marks. Without device ids it is one pool, which a
+partition deals to devices; MCLR is its default model either way."""
+
+from ..arrays import describe
+from ..specs import Kind
+
+
+def build(entry, files, out, name):
+    from ..arrays import import_arrays
+    from ..data import FederatedDataset
+
+    npz = files[0]
+    prov = import_arrays(npz, out, name=name, train_fraction=float(entry["train_fraction"]), seed=entry["seed"],
+                         classes=entry.get("classes"))
+    with FederatedDataset(out) as dataset:
+        return (f"{prov['rows']} rows of {npz}, {dataset.num_devices} device(s) ({prov['devices']}), "
+                f"{dataset.kind} {tuple(dataset.feature_shape)}, {dataset.num_classes} classes; "
+                f"{int(dataset.train_sizes.sum())} train / {int(dataset.test_sizes.sum())} test rows")
+
+
+KIND = Kind(
+    "arrays", None,
+    keys={"npz": {"type": "string", "minLength": 1},
+          # without `test`: each device's share of train rows
+          "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.9},
+          "seed": {"type": "integer", "minimum": 0, "default": 0},
+          "classes": {"type": "integer", "minimum": 2}},  # labels 0 .. classes - 1 (default: largest label + 1)
+    required=("npz",), own_files="npz", model="mclr", describe=lambda entry: describe(entry["npz"]), build=build,
+    mem_mb=8192, runtime=20, words="imported from .npz arrays")

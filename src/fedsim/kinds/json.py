@@ -1,0 +1,33 @@
+"""LEAF-format JSON train and test files or folders (LEAF's, or the FedProx authors' released
+data/), imported as they are (fedsim.leaf.leafjson): what one sample is, its file tells."""
+
+from ..specs import Kind
+from ._leaf import DEVICES, FILES, TEST_ONLY
+
+
+def build(entry, files, out, name):
+    from ..data import FederatedDataset
+    from ..leaf.leafjson import import_leaf_json
+    from . import warn_devices
+
+    prov = import_leaf_json(files["train"], files["test"], out, name=name, kind=entry.get("sample_kind"),
+                            num_classes=entry.get("classes"),
+                            order=entry["order"], test_only=entry["test_only"])
+    warn_devices(out, entry.get("devices"))
+    with FederatedDataset(out) as dataset:
+        return (f"{dataset.num_devices} devices ({prov['user_order']} order), kind {dataset.kind}, "
+                f"{int(dataset.train_sizes.sum())} train / {int(dataset.test_sizes.sum())} test samples, "
+                f"{dataset.num_classes} classes; {prov['test_only_devices']} users with test data only: "
+                f"{'kept' if entry['test_only'] == 'keep' else 'dropped'}")
+
+
+KIND = Kind(
+    "json", None,
+    keys={"train": FILES, "test": FILES,
+          "order": {"type": "string", "enum": ["sorted", "file"], "default": "sorted"},  # sorted user ids or file order
+          "test_only": TEST_ONLY,  # users with test rows only: dropped (LEAF's read_data) or kept
+          "classes": {"type": "integer", "minimum": 2}, "devices": DEVICES,
+          # how to read a sample (default: told from the first one)
+          "sample_kind": {"type": "string", "enum": ["femnist", "shakespeare", "synthetic"]}},
+    required=("train", "test"), named_files=("train", "test"), build=build, mem_mb=4096, runtime=20,
+    words="imported from LEAF-format JSON files", paper=True)  # paper: the authors released their data as LEAF JSON
