@@ -191,3 +191,31 @@ def test_a_plugin_written_to_the_earlier_docs_still_imports_kind_from_the_planni
             assert KINDS["rows"].own_files == "csv"
             """))
         assert code == 0, (first, out)
+
+
+@pytest.mark.parametrize("shape, model, line", [
+    ((3, 4, 4), "lenet5", "lenet5 cannot take dir's 3x4x4 (C x H x W) images: a convolution's output side 0 does "
+                          "not halve in 2x2 pooling"),
+    ((32, 32, 3), "cnn", "cnn cannot take dir's 32x32x3 (C x H x W) images: a convolution's output side 3 does not "
+                         "halve in 2x2 pooling (channels last? fedsim reads C x H x W)"),
+    ((3, 32, 32), "lenet5", None),
+    ((3, 4, 4), "cnn", None),    # same padding: 4 -> 2 -> 1
+    ((3, 4, 4), "mclr", None),   # reads any image flattened
+])
+def test_images_a_model_cannot_take_are_refused_at_planning(tmp_path, shape, model, line):
+    """The shape of an .npz's images (its header), a partition's too, against the model's convolutions."""
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "pool.npz", x=rng.random((60, *shape), dtype=np.float32), y=rng.integers(0, 3, 60))
+    cfg = default_config()
+    hyper = dict(lr=0.01, batch_size=5, rounds=2, fedprox_mu=0)
+    cfg["datasets"] = {"pool": dict(kind="arrays", npz=str(tmp_path / "pool.npz"), **hyper),
+                       "dir": dict(kind="dirichlet", pool="pool", devices=3, alpha=0.5, min_partition_size=5,
+                                   model=model, **hyper)}
+    cfg["experiments"] = {"mine": {"figure": "figure1", "datasets": ["dir"], "methods": ["fedavg"],
+                                   "clients_per_round": 2, "epochs": 1}}
+    if line is None:
+        check_config(cfg, load_schema(SCHEMA_FILE), "/nowhere")
+        return
+    with pytest.raises(ConfigError) as err:
+        check_config(cfg, load_schema(SCHEMA_FILE), "/nowhere")
+    assert str(err.value) == f"Config error at datasets.dir.model: {line}"

@@ -57,6 +57,9 @@ class ModelSpec:
     # run from it. None only where the data kind prices it (MCLR per device and epoch, the LSTMs'
     # calibrated constants); any other model must declare it.
     sample_seconds: float | None = None
+    # its convolutions, each followed by 2x2 pooling, as (kernel, how many, same padding): an image's
+    # height and width must halve through them (pooled_sides); the planning checks a dataset's images
+    convolutions: tuple | None = None
 
     def __post_init__(self):
         priced_by_kind = self.linear_softmax or all(s in TOKEN_SAMPLES for s in self.samples)
@@ -66,6 +69,31 @@ class ModelSpec:
     def takes(self, samples: str | None) -> bool:
         """Whether it reads these samples (None: not known yet, so not refused here)."""
         return samples is None or samples in self.samples
+
+    def image_problem(self, shape) -> str | None:
+        """Why it cannot read images of `shape` (C, H, W), or None."""
+        if self.convolutions is None or shape is None or len(shape) != 3:
+            return None
+        try:
+            for side in shape[1:]:
+                pooled_sides(side, *self.convolutions)
+        except ValueError as err:
+            channels_last = shape[2] in (1, 3, 4) and shape[0] > 4
+            return str(err) + (" (channels last? fedsim reads C x H x W)" if channels_last else "")
+        return None
+
+
+def pooled_sides(side: int, kernel: int, layers: int, same_padding: bool) -> list[int]:
+    """Each convolution's output side before its 2x2 pooling, for an input side `side`: a valid
+    convolution trims kernel - 1, and the pooling halves an even side of at least 2; ValueError otherwise."""
+    sides = []
+    for _ in range(layers):
+        side = side if same_padding else side - kernel + 1
+        if side < 2 or side % 2:
+            raise ValueError(f"a convolution's output side {side} does not halve in 2x2 pooling")
+        sides.append(side)
+        side //= 2
+    return sides
 
 
 @dataclass(frozen=True)

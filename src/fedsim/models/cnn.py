@@ -29,11 +29,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import Layout, Model, glorot_uniform
-from ..specs import ModelSpec
+from ..specs import ModelSpec, pooled_sides
 
 # on a CPU core a round's devices one at a time run faster than their stack as one grouped convolution
 # (benchmarks/cnn_round.py, docs/performance.md); a GPU gains from the stack
-SPEC = ModelSpec(name="cnn", label="CNN", samples=("image",), stacks_on=("cuda",), sample_seconds=0.012)
+SPEC = ModelSpec(name="cnn", label="CNN", samples=("image",), stacks_on=("cuda",), sample_seconds=0.012,
+                 convolutions=(5, 2, True))
 
 aten = torch.ops.aten
 
@@ -44,8 +45,15 @@ class CNN(Model):
     spec = SPEC
     channels = (32, 64)
     hidden = (2048,)
-    kernel = 5
-    same_padding = True   # LEAF's "same"; False: no padding ("valid"), each convolution trims kernel - 1
+
+    @property
+    def kernel(self) -> int:
+        return self.spec.convolutions[0]
+
+    @property
+    def same_padding(self) -> bool:
+        """LEAF's "same"; False: no padding ("valid"), each convolution trims kernel - 1 (its SPEC says)."""
+        return self.spec.convolutions[2]
 
     def __init__(self, num_classes: int = 62, side: int = 28, channels=None, hidden=None, image=None):
         """`image`: one sample's (channels, height, width); default one channel of side x side."""
@@ -70,16 +78,14 @@ class CNN(Model):
         self.layout = Layout(shapes)
 
     def _sides(self, side: int) -> list[int]:
-        sides, s = [], side
-        for _ in self.channels:
-            s = s if self.same_padding else s - self.kernel + 1
-            if s < 2 or s % 2:
-                _, height, width = self.image
-                raise ValueError(f"the {self.name} model cannot take {height}x{width} images: a convolution's "
-                                 f"output side {s} does not halve in 2x2 pooling")
-            sides.append(s)
-            s //= 2
-        return sides
+        if len(self.channels) != self.spec.convolutions[1]:
+            raise ValueError(f"{self.name}: {len(self.channels)} channel counts for its SPEC's "
+                             f"{self.spec.convolutions[1]} convolutions")
+        try:
+            return pooled_sides(side, *self.spec.convolutions)
+        except ValueError as err:
+            _, height, width = self.image
+            raise ValueError(f"the {self.name} model cannot take {height}x{width} images: {err}") from None
 
     @property
     def padding(self) -> int:

@@ -27,7 +27,7 @@ from ..specs import ModelSpec
 # its small convolutions gain from running a round's devices as one grouped convolution on a CPU core
 # too, unlike LEAF's CNN (benchmarks/cnn_round.py --model lenet5, docs/performance.md)
 SPEC = ModelSpec(name="lenet5", label="LeNet-5", samples=("image",), stacks_on=("cpu", "cuda"),
-                 sample_seconds=0.0003)
+                 sample_seconds=0.0003, convolutions=(5, 2, False))
 
 
 class LeNet5(CNN):
@@ -36,7 +36,6 @@ class LeNet5(CNN):
     spec = SPEC
     channels = (6, 16)
     hidden = (120, 84)
-    same_padding = False
 
     def init(self, generator: torch.Generator, dtype=torch.float32) -> torch.Tensor:
         params = torch.zeros(self.layout.size, dtype=dtype)

@@ -5,7 +5,7 @@ workflow reads this at every snakemake call; only the planning imports this modu
 
 from __future__ import annotations
 
-from ..specs import Kind, model_spec  # noqa: F401  (Kind: where plugin kinds written before fedsim.kinds import it)
+from ..specs import IMAGE, Kind, model_spec  # noqa: F401  (Kind: where plugin kinds written before fedsim.kinds import it)
 from ..kinds import KINDS
 
 
@@ -70,6 +70,21 @@ def entry_samples(cfg, dataset) -> str | None:
     return kind.samples
 
 
+def entry_shape(cfg, dataset) -> tuple | None:
+    """One sample's shape where its entry's own files tell it before the build (Kind.describe: an .npz's
+    header; a partition: its pool's), else None."""
+    entry = cfg["datasets"][dataset]
+    kind = KINDS[entry["kind"]]
+    if kind.pools:
+        return entry_shape(cfg, entry["pool"]) if entry.get("pool") in cfg["datasets"] else None
+    if kind.describe:
+        try:
+            return tuple(kind.describe(entry)["shape"])
+        except ValueError:
+            return None
+    return None
+
+
 def kind_default_model(cfg, dataset) -> str | None:
     """The model a dataset entry trains without a `model:`: its kind's (a partition: its pool's kind's);
     None where its built file decides (a JSON import: MCLR for features, the LSTMs for their tokens)."""
@@ -114,6 +129,8 @@ def fit_problem(cfg, dataset) -> str | None:
     if model is None:
         return None
     spec = model_spec(model)
-    if spec.takes(samples):
-        return None
-    return f"{model} takes {' or '.join(spec.samples)} samples; {dataset}'s samples are {samples}"
+    if not spec.takes(samples):
+        return f"{model} takes {' or '.join(spec.samples)} samples; {dataset}'s samples are {samples}"
+    shape = entry_shape(cfg, dataset) if samples == IMAGE else None
+    problem = spec.image_problem(shape)
+    return f"{model} cannot take {dataset}'s {'x'.join(map(str, shape))} (C x H x W) images: {problem}" if problem else None
