@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from fedsim.leaf.leafjson import import_leaf_json
+from fedsim.data.leaf.leafjson import import_leaf_json
 from fedsim.methods import resolve
-from fedsim.train import RunConfig, run
+from fedsim.core.train import RunConfig, run
 
 ROOT = Path(__file__).resolve().parents[1]
 CASES = [("fedavg", 0.0), ("fedprox", 1.0), ("feddane_authors", 0.0), ("feddane_authors", 0.01),

@@ -18,8 +18,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from fedsim.data import CHUNK_BYTES, FederatedDataset
-from fedsim.synthetic import write_synthetic
+from fedsim.data.format import CHUNK_BYTES, FederatedDataset
+from fedsim.data.synthetic import write_synthetic
 
 
 def best_of(repeats, fn) -> float:

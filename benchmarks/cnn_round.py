@@ -41,7 +41,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedsim.engine import (Clients, SGDSettings, _local_sgd_stacked, batch_plan, local_sgd_batched,  # noqa: E402
+from fedsim.core.engine import (Clients, SGDSettings, _local_sgd_stacked, batch_plan, local_sgd_batched,  # noqa: E402
                            local_sgd_loop)
 from fedsim.methods import LocalProblem  # noqa: E402
 from fedsim.models import get_model  # noqa: E402

@@ -129,7 +129,7 @@ command_1() {  # 15 + 100 + 55 + 80 + 60 + 180 + 60 = 550 s
         "${small[@]}"
     local fedsim=(python3 -m fedsim) steps=()
     if [ "$dry" = 1 ]; then  # the same command, its full gradients over 20 rows a device instead of 200
-        local shrunk="import sys; from fedsim import calibration, cli; calibration.GRAD_BATCH = 5; sys.exit(cli.main())"
+        local shrunk="import sys; from fedsim import cli; from fedsim.planning import calibration; calibration.GRAD_BATCH = 5; sys.exit(cli.main())"
         fedsim=(python3 -c "$shrunk")
         steps=(--steps 1)
     fi

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fedsim.synthetic import write_synthetic
+from fedsim.data.synthetic import write_synthetic
 
 
 def job_seconds(module: str, data: Path, folder: Path, rounds: int, env: dict) -> float:

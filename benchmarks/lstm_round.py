@@ -5,7 +5,7 @@
                                     [--engines batched eager loop] [--busy]
 
 Engines: `batched`, the general rule as a run takes it (on CUDA each SGD step a replayed CUDA graph:
-fedsim.engine.StepGraphs, captured in the model's first round and replayed in the later repeats);
+fedsim.core.engine.StepGraphs, captured in the model's first round and replayed in the later repeats);
 `eager`, the same rule with every operation launched on its own (what CUDA ran before the graphs; on
 a CPU the same as batched); `loop`, the per-device oracle. --busy
 (CUDA): the GPU's busy share of one batched round, its kernels' summed time (torch profiler) over the
@@ -50,9 +50,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedsim import calibration  # noqa: E402
+from fedsim.planning import calibration  # noqa: E402
 from fedsim.planning import cost  # noqa: E402
-from fedsim.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop  # noqa: E402
+from fedsim.core.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop  # noqa: E402
 from fedsim.models.char_lstm import CharLSTM  # noqa: E402
 from fedsim.models.sent140_lstm import Sent140LSTM  # noqa: E402
 from fedsim.methods import LocalProblem  # noqa: E402

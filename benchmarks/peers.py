@@ -47,11 +47,11 @@ from torch.utils.data import DataLoader, TensorDataset
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from fedsim.data import FederatedDataset  # noqa: E402
-from fedsim.engine import SGDSettings, local_sgd_auto, local_steps  # noqa: E402
+from fedsim.data.format import FederatedDataset  # noqa: E402
+from fedsim.core.engine import SGDSettings, local_sgd_auto, local_steps  # noqa: E402
 from fedsim.methods import RoundContext, get_method  # noqa: E402
-from fedsim.synthetic import write_synthetic  # noqa: E402
-from fedsim.train import RunConfig, RunData, round_devices, server_weights  # noqa: E402
+from fedsim.data.synthetic import write_synthetic  # noqa: E402
+from fedsim.core.train import RunConfig, RunData, round_devices, server_weights  # noqa: E402
 from round_time import best_of  # noqa: E402  (benchmarks/ is the script's folder: on sys.path)
 
 

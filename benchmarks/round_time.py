@@ -36,14 +36,14 @@ The kernel row's compiled call is also timed alone ("its compiled call": the loc
 inputs made beforehand, no server update; it draws its batches itself): the rest of the kernel row
 is what a round adds around the call.
 
-Batch plans: the kernel draws each device's epoch orders inside its call (fedsim.shuffle's numbers,
+Batch plans: the kernel draws each device's epoch orders inside its call (fedsim.core.shuffle's numbers,
 no plan array), so the row times that drawing alone, compiled (`orders`: every epoch order of the
 round's devices into one scratch), each timed call right after a kernel round, as in a run; the
-stacked plans the batched engine builds (fedsim.shuffle.stacked_plans) are timed the same way
+stacked plans the batched engine builds (fedsim.core.shuffle.stacked_plans) are timed the same way
 beside it.
 
 Share of the FMA peak (CPU only). A round's floating-point work is counted from the plans the
-kernel runs (fedsim.engine._stacked_plans: with the local problem's fixed step count where it
+kernel runs (fedsim.core.engine._stacked_plans: with the local problem's fixed step count where it
 has one), d = the model's weights per class (features + 1), C = classes, a multiply-add = 2 flops:
 
     flops = dC (4 S + (2 + 2 [mu != 0] + [correction]) T + 2 K + 2 A + 4 G)
@@ -73,14 +73,14 @@ it (a tuned sgemm reaches 80-95 % of a core's FMA peak). Printed: the round's Mf
 Gflop/s, the sgemm's and its share of the probe, and the kernel's and the floor's Gflop/s
 (round flops / their mean seconds) and share of the peak in the model's dtype.
 
---threads sets torch's threads for these direct calls; a run (fedsim.train.run) computes on one
+--threads sets torch's threads for these direct calls; a run (fedsim.core.train.run) computes on one
 whatever its `threads`, so that its results do not depend on them. The kernel, the floor and
 the probe run on one core.
 
 Also timed: one evaluation of the metrics on all devices (metrics.evaluate), as a share of a
 round made of training plus that evaluation.
 
---methods times every method of the registry instead: a whole run (fedsim.train.run: local SGD,
+--methods times every method of the registry instead: a whole run (fedsim.core.train.run: local SGD,
 the method's gradients and server update, metrics every round) of --rounds rounds at the same
 settings (methods that need every device at K = all devices), best of --repeats, as seconds per
 round and as a ratio to FedAvg's, measured in the same process and taking turns.
@@ -104,15 +104,15 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fedsim.data import FederatedDataset  # noqa: E402
-from fedsim.engine import (SGDSettings, _stacked_plans, batch_plan, kernel_batches, local_sgd_batched,  # noqa: E402
+from fedsim.data.format import FederatedDataset  # noqa: E402
+from fedsim.core.engine import (SGDSettings, _stacked_plans, batch_plan, kernel_batches, local_sgd_batched,  # noqa: E402
                            local_sgd_kernel, local_sgd_loop, local_steps)
-from fedsim import kernel, shuffle  # noqa: E402
-from fedsim.kernel import padded  # noqa: E402
+from fedsim.core import kernel, shuffle  # noqa: E402
+from fedsim.core.kernel import padded  # noqa: E402
 from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
-from fedsim.metrics import evaluate  # noqa: E402
-from fedsim.synthetic import write_synthetic  # noqa: E402
-from fedsim.train import RunConfig, RunData, round_devices, round_weights  # noqa: E402
+from fedsim.core.metrics import evaluate  # noqa: E402
+from fedsim.data.synthetic import write_synthetic  # noqa: E402
+from fedsim.core.train import RunConfig, RunData, round_devices, round_weights  # noqa: E402
 from peak import CHAINS, PROBE_TRIES, fma_asm_check, fma_peak, sgemm_rate, vector_bits  # noqa: E402
 
 
@@ -203,7 +203,7 @@ def floor(xb, yb, counts, first, steps, weights, v0, lr, local, average):  # pra
 @numba.njit(cache=False, nogil=True)
 def orders(starts, sizes, devices, steps, batch_size, seed, round_):  # pragma: no cover (compiled)
     """What the kernel's call spends on its batches: every epoch order its devices' steps reach
-    (fedsim.shuffle's), drawn into one scratch, as kernel._local_sgd draws them."""
+    (fedsim.core.shuffle's), drawn into one scratch, as kernel._local_sgd draws them."""
     scratch = np.empty(max(sizes.max(), 1), np.int64)
     for k in range(sizes.shape[0]):
         n = sizes[k]
@@ -216,7 +216,7 @@ def orders(starts, sizes, devices, steps, batch_size, seed, round_):  # pragma: 
 
 def plan_seconds(train, settings, solver_sets, repeats: int, kernel_round) -> tuple[float, float]:
     """Drawing round t's batches as the kernel does (`orders`), and building its stacked plans as the
-    batched engine does (_stacked_plans: fedsim.shuffle), each timed call right after
+    batched engine does (_stacked_plans: fedsim.core.shuffle), each timed call right after
     `kernel_round(t)` (as in a run: the caches hold the kernel's data, not the plans'), best of its
     tries (more_tries), averaged over rounds 0, 1, ... with the device sets `solver_sets`."""
     best = {"orders": [], "stacked": []}
@@ -431,7 +431,7 @@ def main() -> None:
                                       args.repeats, lambda t: training_round(local_sgd_kernel, round_context(t)))
         print(f"batch plans         {drawn:8.6f} s/round = {100 * drawn / mean['kernel']:.1f}% of a kernel round "
               f"(the orders the kernel draws in its call, timed alone after a kernel round; target <= 3%)")
-        print(f"  stacked plans     {stacked:8.6f} s/round = {100 * stacked / mean['kernel']:.1f}% (fedsim.shuffle."
+        print(f"  stacked plans     {stacked:8.6f} s/round = {100 * stacked / mean['kernel']:.1f}% (fedsim.core.shuffle."
               f"stacked_plans: the batched engine's, and the kernel's with the authors' shuffle)")
         width = floor_args[0].shape[2]
         print(f"round work          {work['kernel'] / 1e6:8.2f} Mflop/round (kernel; floor {work['floor'] / 1e6:.2f}: "
@@ -453,7 +453,7 @@ def main() -> None:
 def method_rows(args) -> None:
     """Seconds per round of a whole run of each method, and its ratio to FedAvg's (same process)."""
     from fedsim.methods import TUNED_MU
-    from fedsim.train import run
+    from fedsim.core.train import run
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "synthetic.h5"

@@ -12,7 +12,7 @@ printed: seconds per round (training with its reads, plus the evaluation that fo
 mean over the rounds after the first two, which each create one of the two input buffers a streamed
 run alternates between), what a round waits for its rows and its share of the round (the issue's
 reading figure: a round's rows are read on a second thread during the round before, see
-fedsim.train), and the read itself: train.RunData.load, split into the file read
+fedsim.core.train), and the read itself: train.RunData.load, split into the file read
 (FederatedDataset.load: for MCLR on the CPU it writes the rows straight into the model's padded
 input buffer) and the rest (that buffer's bias and sentinel entries), the checksums' part of the
 file read, the evaluation part, the checks made once at open, the bytes read from disk (not served
@@ -60,8 +60,9 @@ import torch
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
-from fedsim import data, train  # noqa: E402
-from fedsim.data import SPLITS, FederatedDataset  # noqa: E402
+from fedsim.data import format as data
+from fedsim.core import train  # noqa: E402
+from fedsim.data.format import SPLITS, FederatedDataset  # noqa: E402
 
 
 GENERATION_MB_PER_S = {"idle": 75.0, "loaded": 21.0}  # this 2-core machine, 2026-11-22 and 2026-11-25

@@ -3,7 +3,7 @@
     python benchmarks/subnormals.py [--repeats 2] [--rounds N] [--quick]
 
 Subnormal floats are the IEEE numbers below float32's smallest normal one (1.2e-38). A run flushes
-them to zero in every thread it computes in (fedsim.machine); `keep_subnormals=True` keeps IEEE
+them to zero in every thread it computes in (fedsim.core.machine); `keep_subnormals=True` keeps IEEE
 arithmetic. The two runs make many (softmax probabilities below 1.2e-38, and the products made of
 them in the gradients):
 
@@ -53,7 +53,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fedsim import api  # noqa: E402
-from fedsim.data import write_dataset  # noqa: E402
+from fedsim.data.format import write_dataset  # noqa: E402
 
 WARM_UP_ROUNDS = 2
 QUICK_ROUNDS = 5

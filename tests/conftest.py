@@ -34,7 +34,7 @@ def pytest_sessionstart(session):
         return
     import numpy as np
 
-    from fedsim import kernel, shuffle
+    from fedsim.core import kernel, shuffle
 
     kernel.warm_up((np.float32, np.float64))
     shuffle.warm_up()

@@ -3,8 +3,8 @@
 import numpy as np
 import torch
 
-from fedsim.data import FederatedDataset
-from fedsim.engine import ENGINES, SGDSettings, local_steps
+from fedsim.data.format import FederatedDataset
+from fedsim.core.engine import ENGINES, SGDSettings, local_steps
 from fedsim.methods import RoundContext
 from fedsim.models.mclr import MCLR
 

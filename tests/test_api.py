@@ -15,7 +15,7 @@ import pytest
 
 import fedsim
 from fedsim import api, cli
-from fedsim.data import FederatedDataset
+from fedsim.data.format import FederatedDataset
 
 from helpers.workflow import REPO, env
 
@@ -366,7 +366,7 @@ def test_import_arrays_and_partition_dirichlets_keywords_are_the_commands_option
      "bad self_balancing='no': expected True or False"),
     (lambda t: fedsim.partition_dirichlet(t / "none.h5", t / "o.h5", devices=3, alpha=1),
      "{t}/none.h5: dataset file not found"),
-    # what the pool cannot meet: the command's own line (fedsim.partition)
+    # what the pool cannot meet: the command's own line (fedsim.data.partition)
     (lambda t: fedsim.partition_dirichlet(t / "pool.h5", t / "o.h5", devices=400, alpha=1),
      "devices: 400 devices, but the pool holds only 300 samples"),
 ])

@@ -1,4 +1,4 @@
-"""A user's own data (fedsim.arrays, kind `arrays`): an .npz of x and y, with or without device ids,
+"""A user's own data (fedsim.data.arrays, kind `arrays`): an .npz of x and y, with or without device ids,
 imported as a dataset file or a pool; what it cannot read is one line naming the file and the
 array; a 3 x 32 x 32 pool partitioned by Dirichlet trains LeNet-5 through the workflow."""
 
@@ -7,9 +7,9 @@ import csv
 import numpy as np
 import pytest
 
-from fedsim.arrays import describe, import_arrays
-from fedsim.data import FederatedDataset
-from fedsim.partition import write_dirichlet
+from fedsim.data.arrays import describe, import_arrays
+from fedsim.data.format import FederatedDataset
+from fedsim.data.partition import write_dirichlet
 
 from helpers.workflow import config_error, copy_workflow, default_config, snakemake, write_config
 

@@ -1,4 +1,4 @@
-"""The authors' randomness (rng: authors), initial model files and JSON import (fedsim.authors)."""
+"""The authors' randomness (rng: authors), initial model files and JSON import (fedsim.core.authors)."""
 
 import gzip
 import json
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim import authors
-from fedsim.data import FederatedDataset
-from fedsim.leaf.leafjson import import_leaf_json
+from fedsim.core import authors
+from fedsim.data.format import FederatedDataset
+from fedsim.data.leaf.leafjson import import_leaf_json
 from fedsim.models.mclr import MCLR
-from fedsim.train import RunConfig, run
+from fedsim.core.train import RunConfig, run
 
 
 

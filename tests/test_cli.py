@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fedsim import cli
-from fedsim.settings import RunConfig
+from fedsim.core.settings import RunConfig
 
 from helpers.hdf5_damage import flip_byte
 from tiny import tiny_dataset

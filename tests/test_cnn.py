@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from fedsim.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
+from fedsim.core.engine import Clients, SGDSettings, local_sgd_batched, local_sgd_loop
 from fedsim.methods import LocalProblem
 from fedsim.models import Model
 from fedsim.models.cnn import CNN
@@ -243,7 +243,7 @@ def test_an_image_the_poolings_cannot_halve_is_refused_in_one_line():
 
 def femnist_like(path, devices=4, per_device=8, classes=10, seed=0):
     """A tiny file of FEMNIST's kind: 28x28 images as 784 features in [0, 1]."""
-    from fedsim.data import write_dataset
+    from fedsim.data.format import write_dataset
 
     rng = np.random.default_rng(seed)
     n = devices * per_device
@@ -260,8 +260,8 @@ def femnist_like(path, devices=4, per_device=8, classes=10, seed=0):
 
 def test_a_run_trains_the_cnn_it_is_asked_for(tmp_path):
     """`model: cnn` on a FEMNIST file: the CNN's runs train, on the general rule, resumably reproducible."""
-    from fedsim.settings import RunConfig
-    from fedsim.train import run
+    from fedsim.core.settings import RunConfig
+    from fedsim.core.train import run
 
     config = RunConfig(data=femnist_like(tmp_path / "f.h5"), method="feddane", mu=0.01, model="cnn",
                        clients_per_round=2, epochs=1, batch_size=4, lr=0.05, rounds=2)
@@ -278,8 +278,8 @@ def test_a_run_trains_the_cnn_it_is_asked_for(tmp_path):
     (dict(method="fedavg", engine="kernel"), "bad run setting engine='kernel': it runs MCLR models on the CPU"),
 ])
 def test_what_the_cnn_cannot_run_is_refused_in_one_line(tmp_path, settings, message):
-    from fedsim.settings import RunConfig
-    from fedsim.train import run
+    from fedsim.core.settings import RunConfig
+    from fedsim.core.train import run
 
     config = RunConfig(**{"data": femnist_like(tmp_path / "f.h5"), "model": "cnn", "clients_per_round": 2,
                           "epochs": 1, "rounds": 1, **settings})
@@ -288,8 +288,8 @@ def test_what_the_cnn_cannot_run_is_refused_in_one_line(tmp_path, settings, mess
 
 
 def test_a_model_that_does_not_take_the_datasets_samples_is_refused(tmp_path):
-    from fedsim.settings import RunConfig
-    from fedsim.train import run
+    from fedsim.core.settings import RunConfig
+    from fedsim.core.train import run
 
     from tiny import tiny_dataset
     config = RunConfig(data=tiny_dataset(tmp_path / "s.h5"), method="fedavg", model="cnn", rounds=1,

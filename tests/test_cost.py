@@ -13,7 +13,7 @@ import yaml
 
 from fedsim.planning import cost, experiments
 from fedsim.planning.configcheck import check_config, load_schema
-from fedsim.data import write_dataset
+from fedsim.data.format import write_dataset
 from fedsim.kinds import KINDS
 from fedsim.specs import model_spec
 
@@ -166,9 +166,10 @@ def test_constants_from_a_calibration_file(tmp_path):
 
 
 def test_the_calibrate_command_writes_what_fedsim_calibration_measures(tmp_path, monkeypatch):
-    """`fedsim cost --calibrate` measures with fedsim.calibration (torch, the real models: not run
+    """`fedsim cost --calibrate` measures with fedsim.planning.calibration (torch, the real models: not run
     here), and fedsim.planning.cost reads the file it writes."""
-    from fedsim import calibration, cli
+    from fedsim.planning import calibration
+    from fedsim import cli
 
     measured = {kind: {**consts, "step_s": 1.0} for kind, consts in cost.DEFAULTS.items()}
     monkeypatch.setattr(calibration, "calibrate", lambda steps, device: {**measured, "device": device})
@@ -197,7 +198,7 @@ def test_durations_read_well():
 
 def test_a_runs_own_estimate_per_round_is_the_workflows_for_that_run(tmp_path):
     """What a run's progress line compares its pace with (fedsim.planning.progress): the same model, its own file."""
-    from fedsim.settings import RunConfig
+    from fedsim.core.settings import RunConfig
 
     path = two_device_file(tmp_path / "d.h5")
     config = RunConfig(data=str(path), method="feddane", clients_per_round=2, epochs=3, batch_size=2, rounds=4)
@@ -310,7 +311,7 @@ def test_a_cpu_round_longer_than_the_cap_stops_planning_in_one_line():
 
 
 def test_a_capped_job_checkpoints_before_its_cut():
-    from fedsim.settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+    from fedsim.core.settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
 
     assert cost.job_checkpoints(None) == (CHECKPOINT_EVERY, CHECKPOINT_SECONDS)  # fedsim's defaults
     # under a cap, at every round boundary past a tenth of the cap (or the default's 30 s)

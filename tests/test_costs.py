@@ -4,8 +4,8 @@ devices and model-sized vectors each way, counted from what each method sends (f
 import numpy as np
 import pytest
 
-from fedsim.data import FederatedDataset
-from fedsim.train import SELECTION_STREAM, SECOND_SUBSET_STREAM, RunConfig, run, select_devices
+from fedsim.data.format import FederatedDataset
+from fedsim.core.train import SELECTION_STREAM, SECOND_SUBSET_STREAM, RunConfig, run, select_devices
 
 from tiny import tiny_dataset
 
@@ -58,8 +58,8 @@ def test_feddane_counts_its_gradient_exchange(data, second_subset):
 
 
 def test_costs_are_in_runs_csv(data, tmp_path):
-    from fedsim.records import write_run
-    from fedsim.summary import summarise
+    from fedsim.core.records import write_run
+    from fedsim.outputs.summary import summarise
 
     path, _ = data
     metrics, record = run(config(path, "scaffold"))

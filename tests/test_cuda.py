@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop
+from fedsim.core.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop
 from fedsim.models import Model
 from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
 from fedsim.methods import LocalProblem, weighted_average
-from fedsim.train import RunConfig, run
+from fedsim.core.train import RunConfig, run
 
 from helpers.tiny_lstm import params_of, tiny_char, tiny_clients as tiny_lstm_clients, write_leaf_like
 from test_cnn import SIZES, images, small_cnn, small_lenet
@@ -205,7 +205,7 @@ def test_graphed_rounds_keep_their_captures_and_give_the_eager_numbers(kind):
 def test_a_graphed_cuda_run_resumes_bit_identical(tmp_path):
     """A Shakespeare run on CUDA stopped after round 3 and resumed from its checkpoint ends with the
     bits of the run never stopped (the resumed run's model captures its graphs anew)."""
-    from fedsim.checkpoint import Checkpoint
+    from fedsim.core.checkpoint import Checkpoint
 
     data = write_leaf_like(tmp_path / "s.h5", "shakespeare", per_device=12)
     settings = dict(data=data, method="feddane", mu=0.01, clients_per_round=2, epochs=1, batch_size=10, lr=0.8,
@@ -214,7 +214,7 @@ def test_a_graphed_cuda_run_resumes_bit_identical(tmp_path):
     checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1, seconds=0)
     run(RunConfig(**settings, rounds=4), checkpoint=checkpoint)  # saved at every round boundary, the last at 4
     saved = torch.load(checkpoint.path, weights_only=True)
-    from fedsim.checkpoint import _fingerprint
+    from fedsim.core.checkpoint import _fingerprint
     saved["settings"] = _fingerprint(RunConfig(**settings, rounds=5))
     torch.save(saved, checkpoint.path)
     resumed, record = run(RunConfig(**settings, rounds=5), checkpoint=checkpoint)

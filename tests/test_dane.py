@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from fedsim.methods import dane
-from fedsim.metrics import COLUMNS
-from fedsim.train import RunConfig, run
+from fedsim.core.metrics import COLUMNS
+from fedsim.core.train import RunConfig, run
 
 from methods_common import device_arrays, hand_local_sgd, local_models, numpy_grad
 from tiny import SIZES

@@ -4,8 +4,8 @@ import h5py
 import numpy as np
 import pytest
 
-from fedsim import data as data_module
-from fedsim.data import FORMAT_VERSION, FederatedDataset, fletcher32_mismatches, write_dataset, write_dataset_stream
+from fedsim.data import format as data_module
+from fedsim.data.format import FORMAT_VERSION, FederatedDataset, fletcher32_mismatches, write_dataset, write_dataset_stream
 from helpers.hdf5_damage import flip_byte
 from tiny import read_dataset
 

@@ -4,8 +4,8 @@ import pandas as pd
 import pytest
 import torch
 
-from fedsim.synthetic import write_synthetic
-from fedsim.train import RunConfig, run
+from fedsim.data.synthetic import write_synthetic
+from fedsim.core.train import RunConfig, run
 
 
 @pytest.fixture(scope="module")

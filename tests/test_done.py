@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.data import FederatedDataset
+from fedsim.data.format import FederatedDataset
 from fedsim.methods import done
-from fedsim.theory import LocalHessians
-from fedsim.train import RunConfig, run
+from fedsim.core.theory import LocalHessians
+from fedsim.core.train import RunConfig, run
 
 from methods_common import context, device_arrays, numpy_grad
 from tiny import tiny_clients, tiny_params
@@ -87,6 +87,6 @@ def test_a_run_takes_every_device_and_counts_its_hessian_vector_products(data):
 
 def test_theory_is_refused():
     with pytest.raises(ValueError, match="theory=True: done solves no local problem"):
-        from fedsim.train import check_model
+        from fedsim.core.train import check_model
         model, _ = tiny_clients()
         check_model(RunConfig(data="d.h5", method="done", theory=True), model, torch.float64)

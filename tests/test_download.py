@@ -1,4 +1,4 @@
-"""fedsim.download end to end against a loopback HTTP server this test starts (127.0.0.1, a thread,
+"""fedsim.data.download end to end against a loopback HTTP server this test starts (127.0.0.1, a thread,
 shut down after each test): success, checksum mismatch, interrupted transfers, mirror and local copies;
 then the served raw files (real layouts, made by helpers/leaf_files.py) through the LEAF builders."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsim import download
-from fedsim.data import FederatedDataset
-from fedsim.leaf import femnist, sent140, shakespeare
+from fedsim.data import download
+from fedsim.data.format import FederatedDataset
+from fedsim.data.leaf import femnist, sent140, shakespeare
 
 from helpers.http_server import serve, server  # noqa: F401 (the fixture)
 from helpers.leaf_files import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim import engine
-from fedsim.engine import SGDSettings, batch_plan, local_sgd_batched, local_sgd_loop
+from fedsim.core import engine
+from fedsim.core.engine import SGDSettings, batch_plan, local_sgd_batched, local_sgd_loop
 from fedsim.methods import LocalProblem, weighted_average
 
 from tiny import SIZES, tiny_clients, tiny_params
@@ -113,7 +113,7 @@ def test_kernel_draws_the_batches_the_plans_hold(fixed_steps, batch_size):
     """The kernel draws fedsim's batches inside its call (local_sgd_shuffled): the same bits as the
     same call over the stacked plans, for E epochs and for a fixed step count (Scaffnew's), with a
     device that has no rows and the devices in any order."""
-    from fedsim import kernel
+    from fedsim.core import kernel
 
     model, clients = tiny_clients(sizes=[1, 7, 0, 10, 23, 95, 4], dtype=torch.float32)
     w0 = tiny_params(model, dtype=torch.float32).numpy()
@@ -193,7 +193,7 @@ def test_every_declared_accelerator_exists_and_declares_the_fields_it_implements
 
 def _torch_only(monkeypatch):
     """Route metrics and gradients through torch (the reference) instead of the compiled kernel."""
-    from fedsim import metrics
+    from fedsim.core import metrics
 
     monkeypatch.setattr(metrics, "accelerator_for", lambda *a: None)
     monkeypatch.setattr(engine, "accelerator_for", lambda *a: None)
@@ -204,7 +204,7 @@ def _torch_only(monkeypatch):
 def test_compiled_evaluation_equals_torchs(monkeypatch, dtype, tolerance, classes):
     """Every metric of a round, ragged devices with an empty one, a model large enough that some
     samples' logits differ by hundreds (the loss must stay finite where softmax underflows)."""
-    from fedsim.metrics import evaluate
+    from fedsim.core.metrics import evaluate
 
     model, train = tiny_clients(sizes=[*SIZES, 0], classes=classes, dtype=dtype)
     _, test = tiny_clients(sizes=[3, 0, 5, 2, 9, 1, 4], classes=classes, seed=2, dtype=dtype)
@@ -231,7 +231,7 @@ def test_compiled_device_grads_equal_the_models(monkeypatch, classes):
 
 def test_compiled_evaluation_of_a_diverged_model_reads_as_torchs(monkeypatch):
     """A NaN logit: torch's argmax takes the first NaN, so the diverged round's accuracies agree too."""
-    from fedsim.metrics import evaluate
+    from fedsim.core.metrics import evaluate
 
     model, train = tiny_clients()
     _, test = tiny_clients(sizes=[3, 5, 2, 9, 1, 4], seed=2)
@@ -250,7 +250,7 @@ def test_compiled_evaluation_of_a_diverged_model_reads_as_torchs(monkeypatch):
 def test_compiled_evaluation_refuses_weights_wider_than_the_rows():
     """The compiled call writes W^T into rows of x's padded width without bounds checks: weights for
     more features than that must be an error, not a write past the buffer."""
-    from fedsim import kernel
+    from fedsim.core import kernel
 
     x, y, offsets = kernel.padded(np.zeros((3, 2), np.float32)), np.zeros(4, np.int64), np.array([0, 3])
     with pytest.raises(ValueError, match=f"weights with {x.shape[1] + 1} rows, for x's rows {x.shape[1]} wide"):

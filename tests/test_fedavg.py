@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from fedsim.methods import fedavg
-from fedsim.train import RunConfig
+from fedsim.core.train import RunConfig
 
 from methods_common import device_arrays, hand_local_sgd, local_models
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from fedsim.methods import feddane_exact_gradient
-from fedsim.train import RunConfig, round_devices, run
+from fedsim.core.train import RunConfig, round_devices, run
 
 from methods_common import context, device_arrays, numpy_grad
 from tiny import tiny_clients, tiny_params

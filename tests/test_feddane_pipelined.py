@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from fedsim.methods import feddane_pipelined
-from fedsim.metrics import COLUMNS
-from fedsim.train import RunConfig, run
+from fedsim.core.metrics import COLUMNS
+from fedsim.core.train import RunConfig, run
 
 from methods_common import context, device_arrays, numpy_grad
 from tiny import tiny_clients, tiny_params

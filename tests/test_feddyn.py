@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.data import FederatedDataset
-from fedsim.engine import ENGINES, SGDSettings
+from fedsim.data.format import FederatedDataset
+from fedsim.core.engine import ENGINES, SGDSettings
 from fedsim.methods import feddyn, setting_value
-from fedsim.checkpoint import Checkpoint, _fingerprint
-from fedsim.train import SELECTION_STREAM, RunConfig, initial_params, run, select_devices
+from fedsim.core.checkpoint import Checkpoint, _fingerprint
+from fedsim.core.train import SELECTION_STREAM, RunConfig, initial_params, run, select_devices
 
 from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, numpy_grad
 from tiny import tiny_clients, tiny_params

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.engine import ENGINES, SGDSettings
+from fedsim.core.engine import ENGINES, SGDSettings
 from fedsim.methods import fedexp
-from fedsim.train import RunConfig, initial_params, run
+from fedsim.core.train import RunConfig, initial_params, run
 
 from methods_common import mean_loss, train_split, LR, context, local_models, numpy_grad
 from tiny import tiny_clients, tiny_params

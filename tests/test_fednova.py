@@ -4,10 +4,10 @@ the normalised average of one round with unequal steps, and the proximal normali
 import numpy as np
 import pytest
 
-from fedsim.engine import ENGINES, SGDSettings
+from fedsim.core.engine import ENGINES, SGDSettings
 from fedsim.methods import fednova
-from fedsim.metrics import COLUMNS
-from fedsim.train import RunConfig, run
+from fedsim.core.metrics import COLUMNS
+from fedsim.core.train import RunConfig, run
 
 from methods_common import LR, context
 from tiny import tiny_clients, tiny_params

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedsim.methods import fedopt, setting_value, variant_of
-from fedsim.train import RunConfig, initial_params, run
+from fedsim.core.train import RunConfig, initial_params, run
 
 from methods_common import mean_loss, train_split, context, local_models, numpy_grad
 

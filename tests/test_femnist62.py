@@ -1,4 +1,4 @@
-"""LEAF's own FEMNIST, 62 classes by writer (fedsim.leaf.femnist62): from LEAF data folders made here
+"""LEAF's own FEMNIST, 62 classes by writer (fedsim.data.leaf.femnist62): from LEAF data folders made here
 (a writer two folders hold comes from one of them), from NIST's by_class.zip and by_write.zip in
 their real layout (small zips made here), and from the shared LEAF samples where present."""
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsim.data import FederatedDataset
-from fedsim.leaf import femnist62
+from fedsim.data.format import FederatedDataset
+from fedsim.data.leaf import femnist62
 
 from helpers.leaf_files import png_bytes, write_leaf_json
 from tiny import read_dataset

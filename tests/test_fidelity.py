@@ -23,10 +23,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from fedsim import authors
-from fedsim.leaf.leafjson import import_leaf_json
+from fedsim.core import authors
+from fedsim.data.leaf.leafjson import import_leaf_json
 from fedsim.methods import resolve
-from fedsim.train import RunConfig, run
+from fedsim.core.train import RunConfig, run
 
 ROOT = Path(__file__).resolve().parents[1]
 FIDELITY = ROOT.parent / "shared" / "fidelity"

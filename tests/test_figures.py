@@ -11,9 +11,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim import cli, figures, styles
+from fedsim import cli
+from fedsim.outputs import figures, styles
 from fedsim.methods import ENTRIES
-from fedsim.train import read_run, write_run
+from fedsim.core.train import read_run, write_run
 
 from helpers.run_records import fake_run
 
@@ -196,7 +197,7 @@ def test_coinciding_curves_differ_in_dash_pattern_and_the_title_names_the_band(t
 
 
 def test_every_method_and_variant_has_a_colour_and_a_dash_pattern_of_its_own():
-    """fedsim.styles declares a style for each entry of the registry (methods and variants), and for
+    """fedsim.outputs.styles declares a style for each entry of the registry (methods and variants), and for
     nothing else: no two share a colour, and no two a dash pattern, even one begun at another dash;
     no fallback colour is a declared one."""
     assert list(styles.STYLES) == list(styles.LEGEND) and set(styles.STYLES) == set(ENTRIES)
@@ -211,7 +212,7 @@ def test_every_method_and_variant_has_a_colour_and_a_dash_pattern_of_its_own():
 
 
 def test_a_method_without_a_declared_style_draws_solid_in_a_stable_colour_after_the_others(monkeypatch):
-    """A plugin's method (or variant) fedsim.styles does not name: a fallback colour from its name
+    """A plugin's method (or variant) fedsim.outputs.styles does not name: a fallback colour from its name
     alone (the same in every process), a solid line, in legends after every declared entry."""
     fallback = styles.style("local_only")
     assert fallback == styles.style("local_only") and fallback.dashes == ()
@@ -357,7 +358,7 @@ def test_theory_figure_refuses_runs_without_the_constants(tmp_path, drawn):
 def test_real_diverging_runs_keep_their_curves(tmp_path, drawn):
     """The clipping rule on simulator runs: FedDANE at lr = 1 climbs far above FedAvg's range and
     stays finite, the authors' FedDANE at lr = 1e38 leaves the reals. Both curves stay drawn."""
-    from fedsim.train import RunConfig, run
+    from fedsim.core.train import RunConfig, run
     from tiny import tiny_dataset
 
     base = dict(data=tiny_dataset(tmp_path / "tiny.h5"), clients_per_round=3, epochs=2, batch_size=5, rounds=12)
@@ -477,7 +478,7 @@ def test_a_curve_of_one_point_is_drawn_as_a_dot():
     import matplotlib.pyplot as plt
     import pandas as pd
 
-    from fedsim.figures import _curve
+    from fedsim.outputs.figures import _curve
 
     record = {"result": {"diverged_round": None}}
     short = pd.DataFrame({"round": [0, 1], "train_loss": [2.0, 1.5], "vectors_up": [0, 10]})
@@ -495,7 +496,7 @@ def test_a_log_axis_within_one_decade_labels_its_data_ends():
     data's ends, not left bare; a range across decades keeps matplotlib's own ticks."""
     import matplotlib.pyplot as plt
 
-    from fedsim.figures import _label_within_a_decade
+    from fedsim.outputs.figures import _label_within_a_decade
 
     fig, (short, wide) = plt.subplots(1, 2)
     for ax, (lo, hi) in ((short, (20, 40)), (wide, (20, 4000))):

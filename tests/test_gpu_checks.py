@@ -92,7 +92,7 @@ def test_the_sent140_stand_in_has_the_real_builds_shapes(tmp_path, monkeypatch):
     import h5py
     import numpy as np
 
-    from fedsim.data import FederatedDataset
+    from fedsim.data.format import FederatedDataset
     monkeypatch.syspath_prepend(str(SCRIPT.parent))
     from sent140_standin import build_standin
 

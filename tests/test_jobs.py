@@ -74,7 +74,7 @@ def test_a_runs_model_is_fingerprinted_with_what_it_imports_and_a_plugins_by_its
     assert Path(path).name == "models.lenet5.txt"
     listed = [line.split("  ")[1] for line in Path(path).read_text().splitlines()]
     assert {"src/fedsim/models/lenet5.py", "src/fedsim/models/cnn.py", "src/fedsim/models/__init__.py"} <= set(listed)
-    assert not {"src/fedsim/models/mclr.py", "src/fedsim/train.py"} & set(listed)
+    assert not {"src/fedsim/models/mclr.py", "src/fedsim/core/train.py"} & set(listed)
     # a JSON import's model is its built file's: each model a file kind defaults to
     [path] = jobs.model_fingerprint(package, tmp_path / "code", None)
     listed = [line.split("  ")[1] for line in Path(path).read_text().splitlines()]
@@ -100,14 +100,14 @@ def test_a_methods_runs_are_fingerprinted_with_its_modules_and_a_plugins_by_its_
     package = Path(jobs.__file__).resolve().parents[1]
     monkeypatch.chdir(package.parents[1])
     paths = jobs.method_fingerprint(package, tmp_path / "code", "feddane_decayed")
-    assert [Path(p).name for p in paths] == ["train+methods.feddane+methods.feddane_decayed.txt"]
+    assert [Path(p).name for p in paths] == ["core.train+methods.feddane+methods.feddane_decayed.txt"]
     own = tmp_path / "plugins" / "methods" / "mine.py"
     own.parent.mkdir(parents=True)
     own.write_text("from fedsim.methods import fedavg\n")
     monkeypatch.setitem(jobs.USES, "mine", {"mine", "fedavg"})
     monkeypatch.setitem(jobs.PLUGIN_METHOD_FILES, "mine", own)
     paths = jobs.method_fingerprint(package, tmp_path / "code", "mine")
-    assert [Path(p).name for p in paths] == ["train+methods.fedavg.txt", "methods.mine.txt"]
+    assert [Path(p).name for p in paths] == ["core.train+methods.fedavg.txt", "methods.mine.txt"]
     assert Path(paths[1]).read_text() == f"{hashlib.sha256(own.read_bytes()).hexdigest()}  {own}\n"
 
 

@@ -101,7 +101,7 @@ from fedsim.kinds import Kind
 def build(entry, files, out, name):
     import numpy as np
 
-    from fedsim.data import write_dataset
+    from fedsim.data.format import write_dataset
 
     rows = np.loadtxt(files[0], delimiter=",", ndmin=2)
     order = np.argsort(rows[:, 3], kind="stable")

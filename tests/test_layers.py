@@ -4,7 +4,7 @@ import no torch. Read from the source with `ast`, every import at any depth (a l
 a function is a dependency too), relative or absolute.
 
 Two kinds of import are not statements and are left out of the graph: a submodule's import runs
-its package's __init__ first (fedsim.leaf's imports its builders), and the methods' registry
+its package's __init__ first (fedsim.data.leaf's imports its builders), and the methods' registry
 (fedsim.methods) imports every method module at run time (importlib); the method modules import
 the registry, so they stand above it. What importing a module loads (the torch check) does count
 the registry's method modules. Likewise the package's lazy attributes: `fedsim.run` imports fedsim.api
@@ -14,57 +14,50 @@ by name on first use (fedsim/__init__.py), so `import fedsim` loads no torch (te
 from __future__ import annotations
 
 import ast
-from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
-# Lowest first. A module may import modules of its own layer or of lower ones, never of a higher one.
+# The layers, lowest first: each folder of src/fedsim is one, and a module may import modules of its
+# own folder or of lower ones, never of a higher one. The few modules at the top level stand where
+# TOP_LEVEL puts them.
 LAYERS = [
-    # helpers that import nothing of fedsim above them; steps: E x ceil(n/B), shared by engine and cost;
-    # simd: the vector operations of the compiled loops (the kernel's, and data's checksums); average:
-    # the server's weighted average, compiled (the registry's weighted_average calls it); stopping: a
-    # signal's stop, which the warm launcher reads before any heavy import; specs: what the models
-    # declare and what a dataset file holds, read by the planning without torch
-    ("base", ["fedsim", "fedsim.atomic", "fedsim.records", "fedsim.steps", "fedsim.simd", "fedsim.average",
-              "fedsim.stopping", "fedsim.specs"]),
-    ("registry", ["fedsim.methods"]),
-    ("method modules", ["fedsim.methods.*"]),
-    ("settings", ["fedsim.settings"]),
-    ("data", ["fedsim.data", "fedsim.synthetic", "fedsim.download", "fedsim.leaf", "fedsim.leaf.*",
-              "fedsim.partition", "fedsim.arrays"]),
-    # the data kinds, one file each: what the config, the planning and `fedsim build-dataset` know of a
-    # dataset entry, and its build (which calls the data layer's builders)
-    ("kinds", ["fedsim.kinds", "fedsim.kinds.*"]),
-    ("numerics", ["fedsim.authors", "fedsim.kernel", "fedsim.shuffle", "fedsim.models", "fedsim.models.*", "fedsim.engine",
-                  "fedsim.metrics"]),
-    ("run parts", ["fedsim.theory", "fedsim.checkpoint", "fedsim.machine"]),
-    ("run", ["fedsim.train"]),
-    # How methods look in the figures and where they stand in legends (fedsim.styles): above the run, so a
-    # change of colour changes no training job's code fingerprint; below the planning, whose captions
-    # name methods in legend order
-    ("presentation", ["fedsim.styles"]),
+    # what every layer reads: the package's lazy attributes, what a model and a kind declare (specs, read by
+    # the planning without torch), the compiled loops' vector operations (simd: the kernel's and the data's
+    # checksums) and the server's weighted average in fedsim's order (average: the methods' registry calls it)
+    ("base", "the top level's helpers"),
+    ("methods", "the methods' registry and one file per method: pure functions over explicit state"),
+    ("data", "the HDF5 format, its generators and builders, downloads, atomic writes"),
+    ("kinds", "the data kinds, one file each: what the config and the planning know of a dataset entry, "
+              "and its build (which calls the data layer's builders)"),
+    ("models", "one file per model and the model contract"),
+    ("core", "the simulator: a run's settings, local SGD, the kernels, metrics, checkpoints, the round loop"),
+    # above the run, so a change of colour changes no training job's code fingerprint; below the planning,
+    # whose captions name methods in legend order
+    ("outputs", "tables over runs, the figures, how each method looks in them"),
     # The workflow's planning stands above the simulator it plans for: no training code imports it, so
     # editing the cost model or the runs table changes no training job's code fingerprint (fedsim.planning.jobs)
-    # and reruns no run. It must not reach down into torch either: TORCH_FREE below.
-    ("planning", ["fedsim.planning", "fedsim.planning.*"]),
-    # fedsim from Python: a run as `fedsim train` trains it (fedsim.run, reached lazily from the package),
-    # with its progress lines (fedsim.planning.progress), as the commands
-    ("the run from Python", ["fedsim.api"]),
-    ("reports and measurements", ["fedsim.summary", "fedsim.tables", "fedsim.figures", "fedsim.calibration"]),
-    ("commands", ["fedsim.cli", "fedsim.warm", "fedsim.__main__"]),
+    # and reruns no run. It must not reach down into torch either (TORCH_FREE below; calibration, which
+    # measures the cost model's constants with the real models, is the one module of it that imports torch)
+    ("planning", "what Snakemake imports at parse time"),
+    # fedsim from Python: a run as `fedsim train` trains it, with its progress lines (fedsim.planning.progress)
+    ("api", "fedsim from Python"),
+    ("commands", "the command line and the warm launcher"),
 ]
+TOP_LEVEL = {"fedsim": "base", "fedsim.specs": "base", "fedsim.simd": "base", "fedsim.average": "base",
+             "fedsim.api": "api", "fedsim.cli": "commands", "fedsim.warm": "commands", "fedsim.__main__": "commands"}
+MAX_TOP_LEVEL_MODULES = 8
 
 # Read at every snakemake call (workflow/rules/common.smk, the Snakefile, and the package itself before
 # any of its modules), by the CLI's parser and by the warm launcher before its job runs (stopping): no
 # `import torch` in them at any depth, and nothing they import (at any depth) loads torch.
-TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.settings", "fedsim.stopping", "fedsim.kinds", "fedsim.planning",
+TORCH_FREE = ["fedsim", "fedsim.specs", "fedsim.core.settings", "fedsim.core.stopping", "fedsim.kinds", "fedsim.planning",
               "fedsim.planning.kinds",
               "fedsim.planning.experiments", "fedsim.planning.configcheck", "fedsim.planning.jobs", "fedsim.planning.cost",
               "fedsim.planning.progress", "fedsim.planning.rescheduling", "fedsim.planning.captions",
-              "fedsim.styles"]
+              "fedsim.outputs.styles"]
 
 
 def modules(src: Path) -> dict[str, Path]:
@@ -152,8 +145,10 @@ def find_cycle(edges: dict[str, list[tuple[str, int]]]) -> list[str] | None:
 
 
 def layer_of(name: str) -> int | None:
-    matches = [i for i, (_, names) in enumerate(LAYERS) if any(fnmatch(name, pattern) for pattern in names)]
-    return max(matches) if matches else None  # fedsim.methods.x: "method modules", not "registry"
+    """A module's layer: its folder's (fedsim.core.train: core), or TOP_LEVEL's for a module at the top."""
+    layer = TOP_LEVEL.get(name) or (name.split(".")[1] if name.count(".") >= 1 else None)
+    names = [layer_name for layer_name, _ in LAYERS]
+    return names.index(layer) if layer in names else None
 
 
 FEDSIM = SRC / "fedsim"
@@ -165,12 +160,14 @@ def test_the_import_graph_has_no_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_every_module_has_a_layer_and_every_layer_entry_a_module():
+def test_every_module_has_a_layer_and_every_folder_is_one():
     missing = [name for name in EDGES if layer_of(name) is None]
-    assert not missing, f"modules without a layer (add them to LAYERS): {missing}"
-    patterns = [pattern for _, names in LAYERS for pattern in names]
-    stale = [p for p in patterns if not any(fnmatch(name, p) for name in EDGES)]
-    assert not stale, f"LAYERS names modules that do not exist: {stale}"
+    assert not missing, f"modules of no layer (a folder of their own: add it to LAYERS; at the top: TOP_LEVEL): {missing}"
+    folders = sorted(p.name for p in FEDSIM.iterdir() if (p / "__init__.py").is_file())
+    assert sorted(set(folders) | {"base", "api", "commands"}) == sorted(name for name, _ in LAYERS), folders
+    top = sorted(p.stem for p in FEDSIM.glob("*.py"))
+    assert sorted(TOP_LEVEL) == sorted(f"fedsim.{stem}" if stem != "__init__" else "fedsim" for stem in top), top
+    assert len(top) <= MAX_TOP_LEVEL_MODULES, f"{len(top)} modules at the top level of src/fedsim: {top}"
 
 
 def test_no_module_imports_one_from_a_higher_layer():

@@ -10,8 +10,8 @@ import h5py
 import numpy as np
 import pytest
 
-from fedsim.data import FederatedDataset
-from fedsim.leaf import femnist, leafjson, niid, sent140, shakespeare, stats
+from fedsim.data.format import FederatedDataset
+from fedsim.data.leaf import femnist, leafjson, niid, sent140, shakespeare, stats
 
 from helpers.leaf_files import (GLOVE_WORDS, SPEECH, glove_vector, make_glove_zip, make_gutenberg_text,
                                 make_gutenberg_zip, make_sent140_zip, write_leaf_json)

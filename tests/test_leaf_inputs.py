@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from fedsim import cli
-from fedsim.data import FederatedDataset
+from fedsim.data.format import FederatedDataset
 
 from helpers.leaf_files import TWEETS, csv_bytes, make_glove_zip, write_leaf_json
 
@@ -160,7 +160,7 @@ def test_allow_reuse_builds_a_small_pool_and_warns_with_the_count(tmp_path, caps
 # section 3: the pool decides which images, nothing else
 
 def test_a_larger_pool_changes_no_device_size_class_or_sample_order():
-    from fedsim.leaf.femnist import fedprox_plan
+    from fedsim.data.leaf.femnist import fedprox_plan
 
     small, info_small = fedprox_plan([187, 250, 300, 420, 500, 280, 270, 400, 240, 190], seed=0)
     large, info_large = fedprox_plan([800, 251, 300, 2000, 900, 280, 999, 400, 240, 4000], seed=0)

@@ -21,7 +21,7 @@ import yaml
 
 from fedsim.planning import cost
 from fedsim.kinds import TOKEN_KINDS
-from fedsim.leaf.stats import dataset_stats
+from fedsim.data.leaf.stats import dataset_stats
 
 from helpers.http_server import serve, server  # noqa: F401 (the fixture)
 from helpers.leaf_files import make_by_class_zip, make_glove_zip, make_gutenberg_zip, make_sent140_zip

@@ -6,11 +6,11 @@ import pytest
 import torch
 
 from fedsim import models
-from fedsim.engine import SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop
+from fedsim.core.engine import SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop
 from fedsim.methods import LocalProblem
 from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
-from fedsim.train import RunConfig, run
+from fedsim.core.train import RunConfig, run
 
 from helpers.tiny_lstm import params_of, tiny_char, tiny_clients, tiny_inputs, tiny_sent, write_leaf_like
 

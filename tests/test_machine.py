@@ -1,4 +1,4 @@
-"""What a run's bits depend on beyond its config, data and seed (fedsim.machine): subnormal floats
+"""What a run's bits depend on beyond its config, data and seed (fedsim.core.machine): subnormal floats
 flushed in every computing thread, and the run's record of its libraries, CPU and kernel target."""
 
 import json
@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from fedsim import api
-from fedsim.machine import TINY, environment, flushing, subnormals, thread_setup
+from fedsim.core.machine import TINY, environment, flushing, subnormals, thread_setup
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 FIELDS = {"python", "numba", "llvmlite", "numpy", "torch", "cpu", "machine", "kernel_target", "simd_lanes",

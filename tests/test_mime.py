@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.metrics import COLUMNS
+from fedsim.core.metrics import COLUMNS
 from fedsim.methods import mime
-from fedsim.train import RunConfig, initial_params, run
+from fedsim.core.train import RunConfig, initial_params, run
 
 from methods_common import LR, device_arrays, local_models, mean_loss, numpy_grad, train_split
 

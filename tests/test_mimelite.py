@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.engine import ENGINES, SGDSettings
+from fedsim.core.engine import ENGINES, SGDSettings
 from fedsim.methods import mimelite
-from fedsim.metrics import COLUMNS
-from fedsim.train import RunConfig, initial_params, run
+from fedsim.core.metrics import COLUMNS
+from fedsim.core.train import RunConfig, initial_params, run
 
 from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, numpy_grad
 from tiny import tiny_clients, tiny_params

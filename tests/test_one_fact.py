@@ -12,12 +12,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedsim import cli, download, settings, summary, synthetic
+from fedsim import cli
+from fedsim.data import download, synthetic
+from fedsim.core import settings
+from fedsim.outputs import summary
 from fedsim.planning import experiments
 from fedsim.planning.configcheck import RUN_SETTINGS, check_config, load_schema, schema_at
 from fedsim.planning.experiments import ConfigError
 from fedsim.planning.progress import PROGRESS_SECONDS
-from fedsim.settings import RunConfig
+from fedsim.core.settings import RunConfig
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMA_FILE = REPO / "workflow" / "schemas" / "config.schema.yaml"
@@ -41,7 +44,7 @@ def command(name: str) -> argparse.ArgumentParser:
 def test_run_settings_in_the_schema_are_runconfigs():
     """The config keys that are run settings (simulator.selection, second_subset, rng, init, device,
     threads; datasets.*.load, model; experiments.*.theory): their allowed values and defaults are
-    fedsim.settings.RunConfig's fields', filled into the schema by fedsim.planning.configcheck.load_schema
+    fedsim.core.settings.RunConfig's fields', filled into the schema by fedsim.planning.configcheck.load_schema
     (RUN_SETTINGS), so the schema file states neither, and no other key named like a field states
     its own. config/config.yaml's `simulator:` section, written out for the reader, holds the
     defaults, and simulator.progress_seconds's default is fedsim.planning.progress.PROGRESS_SECONDS."""
@@ -65,7 +68,7 @@ def test_run_settings_in_the_schema_are_runconfigs():
 
 def test_synthetic_defaults_are_the_generators():
     """The synthetic generator's defaults (devices, features, classes, train_fraction, seed) are
-    fedsim.synthetic.DEFAULTS: the generator's keyword defaults, `fedsim generate-synthetic`'s
+    fedsim.data.synthetic.DEFAULTS: the generator's keyword defaults, `fedsim generate-synthetic`'s
     option defaults (fedsim.cli), the synthetic kind's shared keys and so the schema's `synthetic`
     section (load_schema), whose keys a dataset entry may override; config/config.yaml's `synthetic:`
     section, written out for the reader, equals it."""
@@ -89,7 +92,7 @@ def test_synthetic_defaults_are_the_generators():
 
 
 def test_tail_fraction_is_settings():
-    """The tuning criterion's tail fraction of rounds (0.1) is fedsim.settings.TAIL_FRACTION: the
+    """The tuning criterion's tail fraction of rounds (0.1) is fedsim.core.settings.TAIL_FRACTION: the
     default of summarise() and findings(), of the --fraction of `fedsim summarise`, `findings`,
     `tune` and `tuning-figure` (fedsim.cli) and of the schema's tuning.fraction (load_schema);
     config/config.yaml's `tuning: fraction`, written out for the reader, equals it."""
@@ -106,7 +109,7 @@ def test_tail_fraction_is_settings():
 
 def test_raw_sources_are_downloads():
     """The LEAF raw sources (their names, base URLs, file names and checksums) are
-    fedsim.download.SOURCES: the schema's `sources` keys (load_schema), the names `fedsim fetch`
+    fedsim.data.download.SOURCES: the schema's `sources` keys (load_schema), the names `fedsim fetch`
     lists, and the sources the dataset kinds need (fedsim.planning.experiments.dataset_sources) come from
     it or are among it; config/config.yaml's `sources:`, written out for the reader (and passed to
     each download), equals it."""
@@ -158,7 +161,7 @@ def _run_refuses(method: str, **simulator) -> str | None:
 def test_rng_authors_rule_is_settings(method):
     """When rng must not be "authors" (or rather: what rng=authors needs: uniform selection and,
     for a method that samples its gradient devices, second_subset same) is
-    fedsim.settings.rng_problem: RunConfig.validate (a run) and fedsim.planning.configcheck._check_rng (the
+    fedsim.core.settings.rng_problem: RunConfig.validate (a run) and fedsim.planning.configcheck._check_rng (the
     workflow's config, before any job) both ask it, and refuse the same settings by the same key."""
     for rng in ("fedsim", "authors"):
         for selection in ("uniform", "weighted"):
@@ -172,12 +175,12 @@ def test_rng_authors_rule_is_settings(method):
 
 
 def test_figure_names_are_figures():
-    """The figures an experiment's `figure` may name are fedsim.figures.FIGURES (the plotting
+    """The figures an experiment's `figure` may name are fedsim.outputs.figures.FIGURES (the plotting
     functions): the schema's definitions.figure enum and the commands of fedsim.cli that draw
     them (FIGURE_HELP: one `fedsim <name>` per curve figure, dispatched through
     figures.CURVE_FIGURES; `theory` is `fedsim theory-figure`) name the same figures. The schema
     and the CLI cannot import matplotlib to read them, so they are tied here."""
-    from fedsim import figures
+    from fedsim.outputs import figures
 
     assert raw_schema()["definitions"]["figure"]["enum"] == list(figures.FIGURES)
     assert list(cli.FIGURE_HELP) == list(figures.CURVE_FIGURES)
@@ -198,7 +201,7 @@ def test_leaf_dataset_defaults_are_the_commands():
                 "arrays": "import-arrays"}
     flags = {"glove_dim": "dim"}
     tied = set()
-    # as filled in (a Dirichlet partition's defaults are fedsim.partition.DEFAULTS, the command's too)
+    # as filled in (a Dirichlet partition's defaults are fedsim.data.partition.DEFAULTS, the command's too)
     for rule in load_schema(SCHEMA_FILE)["properties"]["datasets"]["additionalProperties"]["allOf"]:
         kind = rule["if"]["properties"]["kind"]["const"]
         for key, entry in rule["then"].get("properties", {}).items():
@@ -234,11 +237,11 @@ def test_leaf_builders_defaults_are_the_commands():
     FEMNIST's variant) are the defaults of the commands that call them (fedsim.cli's prepare-*),
     which the schema's are tied to above: someone calling a builder from Python gets the same
     dataset as the command. A builder default of None (derived inside) has no copy to tie."""
-    from fedsim.leaf.femnist import build_femnist
-    from fedsim.leaf.femnist62 import build_femnist62_json, build_femnist62_nist
-    from fedsim.leaf.sent140 import build_sent140
-    from fedsim.leaf.shakespeare import build_shakespeare
-    from fedsim.partition import write_dirichlet
+    from fedsim.data.leaf.femnist import build_femnist
+    from fedsim.data.leaf.femnist62 import build_femnist62_json, build_femnist62_nist
+    from fedsim.data.leaf.sent140 import build_sent140
+    from fedsim.data.leaf.shakespeare import build_shakespeare
+    from fedsim.data.partition import write_dirichlet
 
     tied = 0
     for name, builder in (("prepare-shakespeare", build_shakespeare), ("prepare-sent140", build_sent140),
@@ -255,7 +258,7 @@ def test_leaf_builders_defaults_are_the_commands():
 
 def test_synthetic_mean_device_size_is_the_generators():
     """The mean device size the config check sizes a synthetic dataset by is the generator's size
-    law's mean (fedsim.synthetic): a draw of many sizes lands on it."""
+    law's mean (fedsim.data.synthetic): a draw of many sizes lands on it."""
     import numpy as np
 
     from fedsim.planning import configcheck

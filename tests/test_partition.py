@@ -1,4 +1,4 @@
-"""Dirichlet label partitions (fedsim.partition): each scheme's per-class proportions against a direct
+"""Dirichlet label partitions (fedsim.data.partition): each scheme's per-class proportions against a direct
 count of the labels the devices got, the minimum size and its retries, the refusals, and the same
 (seed, alpha, N) giving the same partition and the same file."""
 
@@ -6,8 +6,8 @@ import h5py
 import numpy as np
 import pytest
 
-from fedsim.data import FederatedDataset, write_dataset
-from fedsim.partition import dirichlet_partition, write_dirichlet
+from fedsim.data.format import FederatedDataset, write_dataset
+from fedsim.data.partition import dirichlet_partition, write_dirichlet
 
 CLASSES = 10
 

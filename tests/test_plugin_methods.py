@@ -53,7 +53,7 @@ def test_the_cli_trains_it_and_the_schema_knows_it(plugins, tmp_path):
     code, out = run(plugins, "-c", textwrap.dedent(f"""
         from fedsim.methods import PLUGIN_METHOD_FILES, REGISTRY
         from fedsim.planning.configcheck import load_schema
-        from fedsim.styles import LEGEND
+        from fedsim.outputs.styles import LEGEND
         schema = load_schema("workflow/schemas/config.schema.yaml")
         assert "{NAME}" in str(schema), "not in the schema"
         assert REGISTRY["{NAME}"].tuned_setting == "scale" and PLUGIN_METHOD_FILES["{NAME}"].name == "{NAME}.py"

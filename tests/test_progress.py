@@ -7,8 +7,8 @@ import pytest
 
 from fedsim.cli import main
 from fedsim.planning.progress import Progress
-from fedsim.records import write_run
-from fedsim.train import RunConfig, run
+from fedsim.core.records import write_run
+from fedsim.core.train import RunConfig, run
 
 
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from fedsim.methods import ENTRIES, REGISTRY, LABELS, Method, resolve, variant_of
-from fedsim.train import RunConfig, run
+from fedsim.core.train import RunConfig, run
 
 sys.path.insert(0, str(Path(__file__).parent / "reference"))
 import make_method_reference as reference  # noqa: E402
@@ -49,7 +49,7 @@ def test_the_registry_is_read_without_torch():
     """The workflow reads it at every snakemake call, and the summary and figure jobs need no model:
     importing torch there would cost seconds."""
     code = ("import sys, fedsim.methods, fedsim.cli, fedsim.planning.experiments, fedsim.planning.configcheck, fedsim.planning.jobs, fedsim.planning.cost, "
-            "fedsim.summary, fedsim.figures; print('torch' in sys.modules)")
+            "fedsim.outputs.summary, fedsim.outputs.figures; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True)
     assert out.stdout.strip() == "False", out.stderr
 

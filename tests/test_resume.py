@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fedsim.checkpoint import Checkpoint
-from fedsim.train import RunConfig, run, write_run
+from fedsim.core.checkpoint import Checkpoint
+from fedsim.core.train import RunConfig, run, write_run
 
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -41,8 +41,8 @@ def metrics_bytes(cfg, folder, checkpoint=None):
 TRAIN_SCRIPT = """
 import sys
 from pathlib import Path
-from fedsim.checkpoint import Checkpoint
-from fedsim.train import RunConfig, run, write_run
+from fedsim.core.checkpoint import Checkpoint
+from fedsim.core.train import RunConfig, run, write_run
 data, folder = sys.argv[1], Path(sys.argv[2])
 cfg = RunConfig(data=data, method="{method}", mu={mu}, clients_per_round=4, epochs=3, batch_size=5, lr=0.05,
                 rounds={rounds}, eval_every={eval_every})
@@ -144,9 +144,9 @@ def record_stream(data, folder):
 
 def test_the_fingerprint_holds_every_setting_but_how_the_data_is_read(data):
     """A checkpoint resumes a run with the same result and numerics settings; threads and load
-    change no bit (fedsim.settings: EXECUTION). The text is the one checkpoints have held since
+    change no bit (fedsim.core.settings: EXECUTION). The text is the one checkpoints have held since
     before the settings were declared in one place, so those checkpoints still resume."""
-    from fedsim.checkpoint import _fingerprint
+    from fedsim.core.checkpoint import _fingerprint
 
     cfg = config(data)
     assert json.loads(_fingerprint(cfg)).keys() == {f.name for f in dataclasses.fields(RunConfig)} - {
@@ -174,7 +174,7 @@ def test_authors_shuffle_state_survives_a_resume(data, tmp_path):
     saved = torch.load(checkpoint.path, weights_only=True)
     assert saved["round"] == 35 and int(saved["state"]["epochs_done"].sum()) == 35 * 4 * 2
     # ...not the same settings (rounds differ): make it look like this run's own checkpoint
-    from fedsim.checkpoint import _fingerprint
+    from fedsim.core.checkpoint import _fingerprint
     saved["settings"] = _fingerprint(config(data, **authors))
     torch.save(saved, checkpoint.path)
     resumed, record = metrics_bytes(config(data, **authors), tmp_path / "x", checkpoint)
@@ -196,7 +196,7 @@ def test_method_state_survives_a_resume_and_matters(data, tmp_path, method, mu):
     saved = torch.load(checkpoint.path, weights_only=True)
     assert saved["round"] == 35 and set(saved["state"]) - {"counts"} and \
         all(k.startswith("method.") for k in saved["state"] if k != "counts")  # counts: the costs so far
-    from fedsim.checkpoint import _fingerprint
+    from fedsim.core.checkpoint import _fingerprint
     saved["settings"] = _fingerprint(cfg)
     torch.save(saved, checkpoint.path)
     resumed, record = metrics_bytes(cfg, tmp_path / "x", checkpoint)
@@ -216,7 +216,7 @@ def test_a_run_logging_the_theory_resumes_bit_identical(data, tmp_path):
     run(config(data, theory=True, rounds=ROUNDS - 1), checkpoint=checkpoint)
     saved = torch.load(checkpoint.path, weights_only=True)
     assert saved["state"]["theory_vector"].any()
-    from fedsim.checkpoint import _fingerprint
+    from fedsim.core.checkpoint import _fingerprint
     saved["settings"] = _fingerprint(cfg)
     torch.save(saved, checkpoint.path)
     resumed, record = metrics_bytes(cfg, tmp_path / "x", checkpoint)
@@ -226,10 +226,10 @@ def test_a_run_logging_the_theory_resumes_bit_identical(data, tmp_path):
 def test_a_checkpoint_waits_for_both_its_rounds_and_its_seconds(data, tmp_path, monkeypatch):
     """Saves at the rounds `every` names once `seconds` have passed since the last save; a run
     shorter than `seconds` writes none (a save costs a few ms per round of a 2-second run)."""
-    import fedsim.checkpoint
+    import fedsim.core.checkpoint
 
     now, saved = [0.0], []
-    monkeypatch.setattr(fedsim.checkpoint.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(fedsim.core.checkpoint.time, "monotonic", lambda: now[0])
     real_save = Checkpoint.save
     monkeypatch.setattr(Checkpoint, "save", lambda self, cfg, round_, *rest: (saved.append(round_),
                                                                               real_save(self, cfg, round_, *rest)))

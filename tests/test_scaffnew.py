@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.engine import ENGINES, SGDSettings, batch_plan
+from fedsim.core.engine import ENGINES, SGDSettings, batch_plan
 from fedsim.methods import LocalProblem, scaffnew
-from fedsim.checkpoint import Checkpoint
-from fedsim.train import RunConfig, initial_params, run
+from fedsim.core.checkpoint import Checkpoint
+from fedsim.core.train import RunConfig, initial_params, run
 
 from methods_common import mean_loss, numpy_grad, train_split
 from tiny import tiny_clients, tiny_params
@@ -85,7 +85,7 @@ def test_a_killed_run_resumes_bit_identical(data, tmp_path):
     checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=3, seconds=0)
     run(config(data, rounds=7, options={"p": 0.1}), checkpoint=checkpoint)  # leaves round 6 behind
     saved = torch.load(checkpoint.path, weights_only=True)
-    from fedsim.checkpoint import _fingerprint
+    from fedsim.core.checkpoint import _fingerprint
     saved["settings"] = _fingerprint(config(data, rounds=8, options={"p": 0.1}))
     torch.save(saved, checkpoint.path)
     resumed, record = run(config(data, rounds=8, options={"p": 0.1}), checkpoint=checkpoint)

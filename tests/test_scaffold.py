@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.data import FederatedDataset
+from fedsim.data.format import FederatedDataset
 from fedsim.methods import scaffold
-from fedsim.checkpoint import Checkpoint
-from fedsim.train import SELECTION_STREAM, RunConfig, initial_params, run, select_devices
+from fedsim.core.checkpoint import Checkpoint
+from fedsim.core.train import SELECTION_STREAM, RunConfig, initial_params, run, select_devices
 
 from methods_common import mean_loss, train_split, LR, context, device_arrays, hand_local_sgd, local_models, numpy_grad
 from tiny import tiny_clients, tiny_params

@@ -7,12 +7,12 @@ import pandas as pd
 import pytest
 import torch
 
-from fedsim import data as data_module
-from fedsim import train as train_module
-from fedsim.data import FederatedDataset
+from fedsim.data import format as data_module
+from fedsim.core import train as train_module
+from fedsim.data.format import FederatedDataset
 from tiny import read_dataset
-from fedsim.engine import Clients
-from fedsim.train import RunConfig, eval_sample, run
+from fedsim.core.engine import Clients
+from fedsim.core.train import RunConfig, eval_sample, run
 
 from tiny import tiny_dataset
 
@@ -92,7 +92,7 @@ def test_scale_benchmark_predicts_the_dataset_it_generates(tmp_path):
     import importlib.util
     from pathlib import Path
 
-    from fedsim.synthetic import write_synthetic
+    from fedsim.data.synthetic import write_synthetic
 
     script = Path(__file__).resolve().parents[1] / "benchmarks" / "scale.py"
     spec = importlib.util.spec_from_file_location("scale_benchmark", script)
@@ -110,7 +110,7 @@ def test_scale_benchmark_predicts_the_dataset_it_generates(tmp_path):
 def kernel_layout(path, split, devices):
     """What a round's inputs must hold, made as before InputBuffer: the rows with their bias input 1,
     the zero sentinel row, then kernel.padded's zero columns; and the labels with the sentinel's 0."""
-    from fedsim import kernel
+    from fedsim.core import kernel
     from fedsim.models.mclr import MCLR
 
     part = read_dataset(path, split, devices)
@@ -225,7 +225,7 @@ def test_a_streamed_run_stopped_mid_round_resumes_to_the_same_metrics(data, tmp_
     """A run stopped by an error while a read ahead is under way leaves no thread behind, and its
     checkpoint continues it to the uninterrupted run's metrics (the first resumed round reads its
     rows itself)."""
-    from fedsim.checkpoint import Checkpoint
+    from fedsim.core.checkpoint import Checkpoint
 
     settings = dict(load="stream", rounds=9, eval_devices=6)
     reference, _ = run(config(data, **settings))

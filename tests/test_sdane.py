@@ -8,11 +8,11 @@ import pandas as pd
 import pytest
 import torch
 
-from fedsim.engine import ENGINES, SGDSettings, device_grads
+from fedsim.core.engine import ENGINES, SGDSettings, device_grads
 from fedsim.methods import resolve, sdane
-from fedsim.metrics import COLUMNS
-from fedsim.checkpoint import Checkpoint
-from fedsim.train import RunConfig, run
+from fedsim.core.metrics import COLUMNS
+from fedsim.core.checkpoint import Checkpoint
+from fedsim.core.train import RunConfig, run
 
 from methods_common import LR, context, device_arrays, hand_local_sgd, numpy_grad
 from tiny import SIZES, tiny_clients, tiny_params
@@ -38,7 +38,7 @@ def sdane_round(tiny, params, state, solvers, epochs=3, engine="batched", round_
     model, clients, _ = tiny
     settings = SGDSettings(lr=LR, epochs=epochs, batch_size=1000, seed=0)
 
-    def grads_at(points, devices):  # as fedsim.train gives it
+    def grads_at(points, devices):  # as fedsim.core.train gives it
         if points.dim() == params.dim():
             return device_grads(model, points, clients, devices)
         return torch.cat([device_grads(model, w, clients, [k]) for w, k in zip(points, devices)])

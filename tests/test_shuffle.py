@@ -1,4 +1,4 @@
-"""fedsim's mini-batch stream (fedsim.shuffle): its definition, its shuffles, and the plans the
+"""fedsim's mini-batch stream (fedsim.core.shuffle): its definition, its shuffles, and the plans the
 engines read from it."""
 
 import hashlib
@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from fedsim import kernel, shuffle
-from fedsim.engine import SGDSettings, _stacked_plans, batch_plan
-from fedsim.train import RunConfig, run
+from fedsim.core import kernel, shuffle
+from fedsim.core.engine import SGDSettings, _stacked_plans, batch_plan
+from fedsim.core.train import RunConfig, run
 
 from tiny import SIZES, tiny_clients, tiny_dataset
 
@@ -171,8 +171,8 @@ def test_a_run_records_its_stream(tmp_path):
 
 
 def test_plan_lengths_are_fedsim_steps():
-    """The compiled call counts E x ceil(n / B) steps itself (no numpy around it): fedsim.steps' count."""
-    from fedsim.steps import local_steps
+    """The compiled call counts E x ceil(n / B) steps itself (no numpy around it): fedsim.core.steps' count."""
+    from fedsim.core.steps import local_steps
 
     sizes = np.array([0, 1, 9, 10, 11, 95, 1000])
     offsets = np.concatenate([[0], np.cumsum(sizes)])

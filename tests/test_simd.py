@@ -7,7 +7,9 @@ import numba
 import numpy as np
 import pytest
 
-from fedsim import data, kernel, simd
+from fedsim.data import format as data
+from fedsim.core import kernel
+from fedsim import simd
 
 L = simd.LANES
 

@@ -4,7 +4,7 @@ cancelled, that SLURM cuts at its time limit, and that still ends with a local r
 
 The two cluster runs go at once (the cut run spends a minute waiting for its time limit), each
 beside the same workflow run on this machine. Nothing here depends on the machine's pace: a hold
-file (fedsim.stopping) keeps the cut run at a round boundary until the test has cut it, and every
+file (fedsim.core.stopping) keeps the cut run at a round boundary until the test has cut it, and every
 wait polls a condition under a generous ceiling. Whatever fails, no process or SLURM job a test
 started outlives it (cluster_workflow).
 
@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsim.stopping import HOLD_FILE_ENV
+from fedsim.core.stopping import HOLD_FILE_ENV
 from helpers.workflow import REPO, copy_workflow, default_config, env, job_counts, snakemake, write_config
 from slurm_cluster import slurm_cluster  # noqa: F401  (the fixture)
 

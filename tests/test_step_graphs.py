@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim.checkpoint import Checkpoint, _fingerprint
-from fedsim.engine import SGDSettings, StepGraphs, local_sgd_batched
+from fedsim.core.checkpoint import Checkpoint, _fingerprint
+from fedsim.core.engine import SGDSettings, StepGraphs, local_sgd_batched
 from fedsim.methods import LocalProblem
 from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
-from fedsim.train import RunConfig, RunData, run
+from fedsim.core.train import RunConfig, RunData, run
 
 from helpers.tiny_lstm import params_of, tiny_char, tiny_clients, tiny_sent, write_leaf_like
 

@@ -1,6 +1,6 @@
 """A signal stops `fedsim train` cleanly: at a round boundary, its checkpoint written there, one
 line on stderr, exit status 128 + the signal's number, no traceback and no metrics; the rerun
-resumes and ends byte-identical to a run never stopped (fedsim.stopping)."""
+resumes and ends byte-identical to a run never stopped (fedsim.core.stopping)."""
 
 import os
 import re
@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 import torch
 
-from fedsim import cli, stopping
-from fedsim.checkpoint import Checkpoint
-from fedsim.stopping import HOLD_FILE_ENV, StopSignals, Stopped
-from fedsim.train import RunConfig, run, write_run
+from fedsim import cli
+from fedsim.core import stopping
+from fedsim.core.checkpoint import Checkpoint
+from fedsim.core.stopping import HOLD_FILE_ENV, StopSignals, Stopped
+from fedsim.core.train import RunConfig, run, write_run
 
 from helpers.workflow import env
 
@@ -222,9 +223,9 @@ class ProgressStub:
 
 
 def test_other_commands_stop_with_one_line(tmp_path, monkeypatch, capsys):
-    import fedsim.summary
+    import fedsim.outputs.summary
 
-    monkeypatch.setattr(fedsim.summary, "summarise", lambda *args: os.kill(os.getpid(), signal.SIGINT))
+    monkeypatch.setattr(fedsim.outputs.summary, "summarise", lambda *args: os.kill(os.getpid(), signal.SIGINT))
     assert cli.main(["summarise", "--out", str(tmp_path / "runs.csv"), "run.json"]) == 128 + signal.SIGINT
     assert capsys.readouterr().err == "fedsim summarise: stopped by SIGINT\n"
 

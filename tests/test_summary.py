@@ -10,9 +10,9 @@ import pytest
 
 from fedsim import cli
 
-from fedsim.settings import COUNT, EXECUTION, RunConfig, setting, setting_columns
-from fedsim.summary import GROUP_COLUMNS, findings, group_columns, summarise, tail_loss, tune, tuning_scores
-from fedsim.train import read_run
+from fedsim.core.settings import COUNT, EXECUTION, RunConfig, setting, setting_columns
+from fedsim.outputs.summary import GROUP_COLUMNS, findings, group_columns, summarise, tail_loss, tune, tuning_scores
+from fedsim.core.train import read_run
 
 from helpers.run_records import fake_run
 
@@ -174,7 +174,7 @@ def test_findings_rank_a_run_without_a_finite_loss_after_every_finite_one(tmp_pa
 
 def test_a_curve_whose_tail_is_nan_ranks_last():
     """The ranking itself: NaN (no tail at all) sorts after every finite tail, as inf does."""
-    from fedsim.summary import panel_ranks
+    from fedsim.outputs.summary import panel_ranks
 
     stats = pd.DataFrame({"dataset": ["d"] * 4, "tail_train_loss": [math.nan, 0.5, math.inf, 0.2]})
     assert panel_ranks(stats, ["dataset"]).tolist() == [3, 2, 3, 1]

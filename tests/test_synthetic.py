@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from fedsim.data import FederatedDataset, write_dataset
-from fedsim.synthetic import generate_synthetic, write_synthetic
+from fedsim.data.format import FederatedDataset, write_dataset
+from fedsim.data.synthetic import generate_synthetic, write_synthetic
 
 KEYS = ("train_x", "train_y", "train_offsets", "test_x", "test_y", "test_offsets")
 

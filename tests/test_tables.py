@@ -1,11 +1,11 @@
-"""The docs' tables from a figure's findings (fedsim.tables): what each cell says, and the line naming
+"""The docs' tables from a figure's findings (fedsim.outputs.tables): what each cell says, and the line naming
 the commit and config they came from."""
 
 import math
 import subprocess
 
 from fedsim import cli
-from fedsim.tables import checkout_commit, read_findings, render
+from fedsim.outputs.tables import checkout_commit, read_findings, render
 
 from helpers.run_records import fake_run
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedsim import theory
+from fedsim.core import theory
 
 from tiny import tiny_clients, tiny_params
 
@@ -74,7 +74,7 @@ def test_rho_by_hand():
 def test_a_run_logs_the_constants_and_its_decrease_can_be_checked(tmp_path):
     """--theory adds L, gamma, ||grad f||^2 and rho to every round that trains; rho follows from
     the logged values by Theorem 1's formula; the trajectory is the run's without it."""
-    from fedsim.train import RunConfig, run
+    from fedsim.core.train import RunConfig, run
 
     from tiny import tiny_dataset
 

@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from fedsim import authors, settings, train
-from fedsim.engine import ENGINES
-from fedsim.train import RunConfig, read_run, run, select_devices, write_run
+from fedsim.core import authors, settings, train
+from fedsim.core.engine import ENGINES
+from fedsim.core.train import RunConfig, read_run, run, select_devices, write_run
 
 
 
@@ -149,7 +149,7 @@ def test_divergence_stops_cleanly_and_keeps_the_metrics(data, tmp_path):
 
 def nan_dataset(data, path):
     """The tiny dataset with one NaN feature in a train row (a file from before the importers refused it)."""
-    from fedsim.data import FederatedDataset, write_dataset
+    from fedsim.data.format import FederatedDataset, write_dataset
 
     with FederatedDataset(data) as ds:
         splits = {s: ds.load(s) for s in ("train", "test")}
@@ -199,7 +199,7 @@ def test_bad_settings_are_named(data, field, value):
 
 
 def test_every_choice_and_range_of_a_setting_is_checked(data):
-    """validate() reads the choices and ranges from RunConfig's fields (fedsim.settings)."""
+    """validate() reads the choices and ranges from RunConfig's fields (fedsim.core.settings)."""
     for f in dataclasses.fields(RunConfig):
         bad = "bogus" if f.metadata["choices"] else -1 if f.metadata["check"] else None
         if bad is not None and f.name != "method":
@@ -208,7 +208,7 @@ def test_every_choice_and_range_of_a_setting_is_checked(data):
 
 
 def test_the_settings_name_every_engine_and_dtype():
-    """fedsim.settings names them without importing torch: the names must be these."""
+    """fedsim.core.settings names them without importing torch: the names must be these."""
     assert settings.ENGINE_NAMES == tuple(ENGINES) and settings.DTYPE_NAMES == tuple(train.DTYPES)
     from fedsim import models
     assert settings.MODEL_NAMES == tuple(sorted(models.REGISTRY))
@@ -260,8 +260,8 @@ def test_a_cnns_metrics_without_the_dissimilarities_skip_their_gradients(monkeyp
     them, no gradient is computed and the losses are the same."""
     import torch
 
-    from fedsim.engine import Clients
-    from fedsim.metrics import evaluate
+    from fedsim.core.engine import Clients
+    from fedsim.core.metrics import evaluate
     from fedsim.models.lenet5 import LeNet5
 
     model = LeNet5(num_classes=3)

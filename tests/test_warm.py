@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from fedsim import warm
-from fedsim.stopping import HOLD_FILE_ENV
+from fedsim.core.stopping import HOLD_FILE_ENV
 
 from helpers.workflow import env as checkout_env
 
@@ -198,6 +198,6 @@ def test_a_code_edit_gets_a_new_server(tmp_path):
     shutil.copytree(Path(warm.__file__).parent, package, ignore=shutil.ignore_patterns("__pycache__"))
     before = warm.server_key(package)
     assert warm.server_key(package) == before
-    engine = package / "engine.py"
+    engine = package / "core" / "engine.py"
     engine.write_text(engine.read_text() + "\n# edited\n")
     assert warm.server_key(package) != before

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from fedsim import methods
-from fedsim.stopping import HOLD_FILE_ENV
+from fedsim.core.stopping import HOLD_FILE_ENV
 from helpers.workflow import (REPO, copy_workflow, default_config, env, job_counts, report_text, snakemake,
                               write_config)
 
@@ -140,8 +140,8 @@ def test_planned_runs_are_the_default_runs_at_their_paths(default_dry_run):
     assert stems == set((REPO / "tests/reference/default_runs.txt").read_text().split())
     # Figures 2 and 3's FedDANEs (Figure 2's at K = 10 are Figure 1's runs once the mu is known)
     assert (plan["mu"] == "tuned").sum() == SEEDS * 2 * (3 * 4 + 4)
-    # every setting that shapes a run's result (fedsim.settings) is a column; K and E are its short names
-    from fedsim.settings import setting_columns
+    # every setting that shapes a run's result (fedsim.core.settings) is a column; K and E are its short names
+    from fedsim.core.settings import setting_columns
     assert set(setting_columns()) - {"clients_per_round", "epochs"} <= set(plan) and {"K", "E"} <= set(plan)
 
 
@@ -447,9 +447,9 @@ def test_what_a_job_depends_on_follows_the_imports(tiny_run):
         assert code == 0, out
         # FedDANE's code fingerprint now lists the module, and the runs rerun because it changed
         fingerprints = tiny_run / "results" / "code"
-        assert "src/fedsim/extra.py" in (fingerprints / "train+methods.feddane.txt").read_text()
-        assert "src/fedsim/extra.py" not in (fingerprints / "train+methods.fedavg.txt").read_text()
-        assert "results/code/train+methods.feddane.txt" in out
+        assert "src/fedsim/extra.py" in (fingerprints / "core.train+methods.feddane.txt").read_text()
+        assert "src/fedsim/extra.py" not in (fingerprints / "core.train+methods.fedavg.txt").read_text()
+        assert "results/code/core.train+methods.feddane.txt" in out
         assert "/fedavg/" not in "".join(re.findall(r"output: (\S+)", out))
     finally:
         feddane.write_text(original)
@@ -467,7 +467,7 @@ def edited(path, run):
 
 
 def test_figure_code_edit_redraws_only_figures_for_real(tiny_run):
-    figures = tiny_run / "src" / "fedsim" / "figures.py"
+    figures = tiny_run / "src" / "fedsim" / "outputs" / "figures.py"
     code, out = edited(figures, lambda: snakemake(tiny_run, "--cores", "2"))
     assert code == 0, out
     ran = set(job_counts(out)) - {"all", "total"}
@@ -478,7 +478,7 @@ def test_figure_code_edit_redraws_only_figures_for_real(tiny_run):
 
 
 def test_shared_engine_edit_reruns_every_training_run(tiny_run):
-    engine = tiny_run / "src" / "fedsim" / "engine.py"
+    engine = tiny_run / "src" / "fedsim" / "core" / "engine.py"
     code, out = edited(engine, lambda: snakemake(tiny_run, "--dry-run", "--cores", "1"))
     assert code == 0, out
     counts = job_counts(out)

@@ -3,9 +3,9 @@
 import numpy as np
 import torch
 
-from fedsim.engine import Clients
+from fedsim.core.engine import Clients
 from fedsim.models.mclr import MCLR
-from fedsim.synthetic import write_synthetic
+from fedsim.data.synthetic import write_synthetic
 
 SIZES = [1, 7, 10, 23, 95, 4]  # ragged on purpose: a lone sample, exact and partial batches
 
@@ -32,7 +32,7 @@ def tiny_dataset(path, devices=8, alpha=0.5, beta=0.5, iid=False, seed=0):
 
 def read_dataset(path, split, devices=None):
     """One split of a dataset file (every device, or `devices`), read in one go."""
-    from fedsim.data import FederatedDataset
+    from fedsim.data.format import FederatedDataset
 
     with FederatedDataset(path) as ds:
         return ds.load(split, devices)

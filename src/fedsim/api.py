@@ -9,7 +9,7 @@
     data = fedsim.partition_dirichlet(pool, "mine.h5", devices=20, alpha=0.5)
     metrics, record = fedsim.run(data, "fedavg", progress_seconds=10, checkpoint="mine.pt")
 
-`run` is `python -m fedsim train` without the command line: the same RunConfig (fedsim.settings:
+`run` is `python -m fedsim train` without the command line: the same RunConfig (fedsim.core.settings:
 every keyword is one of its fields, `python -m fedsim train --help` explains each), the same checks
 with the same one-line ValueErrors (a setting's own before torch is imported; those that need the
 dataset's device count once it is open), the same rule for a method whose mu has no default
@@ -33,11 +33,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from .partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
-from .records import write_run
-from .settings import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS, COUNT, INDEX, NON_NEGATIVE, POSITIVE, Check, RunConfig,
-                       given_config)
-from .synthetic import DEFAULTS as SYNTHETIC, write_synthetic
+from .data.partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
+from .core.records import write_run
+from .core.settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, COUNT, INDEX, NON_NEGATIVE, POSITIVE, Check, RunConfig, given_config
+from .data.synthetic import DEFAULTS as SYNTHETIC, write_synthetic
 
 SETTINGS = {f.name: f for f in dataclasses.fields(RunConfig)}
 # generate-synthetic's options (fedsim.cli), as keywords: what each value must be
@@ -57,7 +56,7 @@ def run(data, method: str, *, out=None, on_round=None, progress_seconds=None, ch
 
     `data`: a dataset file (fedsim's HDF5 format: generate_synthetic, partition_dirichlet,
     import_arrays with device ids, or the workflow's results/datasets/); `method`: a method or
-    variant name (fedsim.methods.ENTRIES); `settings`: any other field of fedsim.settings.RunConfig
+    variant name (fedsim.methods.ENTRIES); `settings`: any other field of fedsim.core.settings.RunConfig
     (mu, clients_per_round, epochs, seed, rounds, lr, batch_size, options={NAME: value}, ...), each
     at its default where left out, as with `fedsim train`; FedProx needs its mu. `out`: a folder to
     write metrics.csv and run.json to as well.
@@ -90,8 +89,8 @@ def run(data, method: str, *, out=None, on_round=None, progress_seconds=None, ch
     refused = _pool_refusal(config.data)
     if refused:  # train.run refuses it too; here before torch
         raise ValueError(refused)
-    from .checkpoint import Checkpoint
-    from .train import run as train
+    from .core.checkpoint import Checkpoint
+    from .core.train import run as train
 
     saver = None if checkpoint is None else Checkpoint(Path(checkpoint), checkpoint_every, checkpoint_seconds)
     progress = None if progress_seconds is None else run_progress(config, progress_seconds)
@@ -119,7 +118,7 @@ def _train(train, config, checkpoint, on_round, progress):
     state saved there, and raises KeyboardInterrupt (Stopped for the others) saying what was kept."""
     import signal
 
-    from .stopping import StopSignals, Stopped
+    from .core.stopping import StopSignals, Stopped
 
     on_resume = None if progress is None else progress.resume
     if checkpoint is None:
@@ -141,7 +140,7 @@ def _train(train, config, checkpoint, on_round, progress):
 def run_progress(config: RunConfig, every: float, stream=None):
     """A run's progress lines (fedsim.planning.progress: `fedsim train`'s), with the cost model's
     estimate where it has one; to `stream` (default: stdout), at most one per `every` seconds."""
-    from .data import FederatedDataset
+    from .data.format import FederatedDataset
     from .methods import describe_setting, variant_of
     from .planning.cost import run_round_seconds
     from .planning.progress import Progress
@@ -155,13 +154,13 @@ def run_progress(config: RunConfig, every: float, stream=None):
 
 
 def _pool_refusal(path) -> str | None:
-    """The line refusing a pool (fedsim.arrays.pool_refusal), from the file's attributes alone; None
+    """The line refusing a pool (fedsim.data.arrays.pool_refusal), from the file's attributes alone; None
     where it is no pool, or no file train.run can open (which then says why)."""
     import json
 
     import h5py
 
-    from .arrays import pool_refusal
+    from .data.arrays import pool_refusal
 
     try:
         with h5py.File(path, "r") as f:
@@ -217,7 +216,7 @@ def _path(what: str, value) -> str:
 
 def _synthetic_settings(path) -> dict | None:
     """The generator settings and name of a synthetic dataset file, or None where it is none."""
-    from .data import FederatedDataset
+    from .data.format import FederatedDataset
 
     try:
         with FederatedDataset(path) as dataset:
@@ -278,8 +277,8 @@ def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = PAR
     partition_dirichlet before a run. `name` is the dataset's, in every run's record; `classes` the
     label count (default: the largest label + 1). What the file cannot be read as (a NaN or infinity
     in `x`, a label outside 0 .. classes - 1, ...) is a ValueError in one line naming the file, the
-    array and the row (fedsim.arrays)."""
-    from .arrays import import_arrays as write_arrays
+    array and the row (fedsim.data.arrays)."""
+    from .data.arrays import import_arrays as write_arrays
 
     npz, out = _path("npz", npz), _path("out", out)
     checked = {key: _number(key, value, PARTITIONER[key])
@@ -298,7 +297,7 @@ def partition_dirichlet(pool, out, *, devices: int, alpha: float, scheme: str = 
     """Deal every train and test row of the dataset file `pool` (import_arrays' pool, or any image or
     feature dataset file) to `devices` devices by label with a Dirichlet(`alpha`) draw, write the
     result to `out` and return its path, as `python -m fedsim partition-dirichlet` does with the same
-    options (fedsim.partition).
+    options (fedsim.data.partition).
 
     `scheme`: per_class (each class over the devices, flwr-datasets' DirichletPartitioner) or
     per_device (each device over the classes, equal sizes, Hsu et al. 2019); `min_partition_size`:
@@ -307,7 +306,7 @@ def partition_dirichlet(pool, out, *, devices: int, alpha: float, scheme: str = 
     then refused; `train_fraction`: each device's share of train rows; `seed`; `repeats`: a sample the
     pool holds more than once is dealt once (drop) or every time (keep); `name`: the dataset's.
     Settings the pool cannot meet (more devices than it allows) are a ValueError in one line."""
-    from .partition import write_dirichlet
+    from .data.partition import write_dirichlet
 
     pool, out = _path("pool", pool), _path("out", out)
     checked = {key: _number(key, value, PARTITIONER[key])

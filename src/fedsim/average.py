@@ -11,7 +11,7 @@ tensors that need autograd) take torch.tensordot, held to this order within floa
 
 One compiled call (about 4 us warm against tensordot's 18): numba, imported only by a run (the
 registry, fedsim.methods, imports this module inside weighted_average). Compiled code is cached
-beside this file, as fedsim.kernel's.
+beside this file, as fedsim.core.kernel's.
 """
 
 from __future__ import annotations

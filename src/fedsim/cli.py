@@ -25,7 +25,7 @@
 
 Errors in the input end the command with one line naming the bad value (exit code 2). SIGTERM,
 SIGINT (Ctrl-C) and SIGUSR1 end it with one line and exit code 128 + the signal's number; `train`
-first finishes the round in progress and saves its checkpoint there (fedsim.stopping).
+first finishes the round in progress and saves its checkpoint there (fedsim.core.stopping).
 """
 
 from __future__ import annotations
@@ -37,16 +37,16 @@ import math
 import sys
 from collections.abc import Callable
 
-from . import settings
-from .atomic import write_csv, write_text
-from .download import SOURCES
+from .core import settings
+from .data.atomic import write_csv, write_text
+from .data.download import SOURCES
 from .methods import ENTRIES
-from .partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
+from .data.partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
 from .planning.progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
-from .settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
-from .stopping import StopSignals, Stopped, exit_status
-from .styles import LEGEND
-from .synthetic import DEFAULTS as SYNTHETIC
+from .core.settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
+from .core.stopping import StopSignals, Stopped, exit_status
+from .outputs.styles import LEGEND
+from .data.synthetic import DEFAULTS as SYNTHETIC
 
 
 def _number(check: Check):
@@ -128,7 +128,7 @@ def run_config(args) -> RunConfig:
 def _fetch(args) -> None:
     import logging
 
-    from .download import fetch
+    from .data.download import fetch
 
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     got = fetch(args.source, args.out, sha256=args.sha256, md5=args.md5, verify=not args.no_verify,
@@ -189,7 +189,7 @@ def _as_list(value) -> list:
 
 
 def _datasets_table(args) -> None:
-    from .leaf.stats import write_datasets_csv
+    from .data.leaf.stats import write_datasets_csv
 
     print(write_datasets_csv(args.datasets, args.out).to_string(index=False))
 
@@ -198,8 +198,8 @@ def _train(args) -> None:
     from pathlib import Path
 
     from .methods import describe_setting, variant_of
-    from .checkpoint import Checkpoint
-    from .train import run, write_run
+    from .core.checkpoint import Checkpoint
+    from .core.train import run, write_run
 
     config = run_config(args)
     checkpoint = (Checkpoint(Path(args.checkpoint), args.checkpoint_every, args.checkpoint_seconds)
@@ -225,7 +225,7 @@ def _train(args) -> None:
 
 def run_status(result: dict, lr: float) -> str:
     """How a run ended, for the CLI's last line: a non-finite loss at round 0 (before any training) is the
-    data's or the initial model's, not the method's (fedsim.train.DIVERGED_REASONS)."""
+    data's or the initial model's, not the method's (fedsim.core.train.DIVERGED_REASONS)."""
     reason = result.get("diverged_reason")
     if result["diverged_round"] is None:
         return "done"
@@ -257,7 +257,7 @@ def _progress(config, every: float):
 
 
 def _summarise(args) -> None:
-    from .summary import summarise
+    from .outputs.summary import summarise
 
     write_csv(args.out, summarise(args.runs, args.fraction))
 
@@ -265,15 +265,15 @@ def _summarise(args) -> None:
 def _findings(args) -> None:
     import pandas as pd
 
-    from .summary import findings
+    from .outputs.summary import findings
 
     tuned = pd.read_csv(args.tuned) if args.tuned else None
     write_csv(args.out, findings(args.runs, args.fraction, args.across_k, tuned))
 
 
 def _tables(args) -> None:
-    from . import atomic
-    from .tables import checkout_commit, read_findings, render
+    from .data import atomic
+    from .outputs.tables import checkout_commit, read_findings, render
 
     commit = args.commit or checkout_commit(args.checkout)
     text = render(read_findings(args.findings), args.source or args.findings, commit, args.config) + "\n"
@@ -284,7 +284,7 @@ def _tables(args) -> None:
 
 
 def _tune(args) -> None:
-    from .summary import tune
+    from .outputs.summary import tune
 
     write_csv(args.out, tune(args.runs, args.methods, args.fraction))
 
@@ -292,14 +292,14 @@ def _tune(args) -> None:
 def _figure(args) -> None:
     import pandas as pd
 
-    from . import figures
+    from .outputs import figures
 
     tuned = pd.read_csv(args.tuned) if args.tuned else None
     figures.CURVE_FIGURES[args.command](args.runs, tuned, args.out, metric=args.metric, x_axis=args.x_axis)
 
 
 def _theory_figure(args) -> None:
-    from .figures import theory_figure
+    from .outputs.figures import theory_figure
 
     theory_figure(args.runs, args.out)
 
@@ -307,7 +307,7 @@ def _theory_figure(args) -> None:
 def _tuning_figure(args) -> None:
     import pandas as pd
 
-    from .figures import tuning_figure
+    from .outputs.figures import tuning_figure
 
     tuning_figure(args.runs, pd.read_csv(args.tuned), args.out, args.fraction, args.methods)
 
@@ -315,7 +315,7 @@ def _tuning_figure(args) -> None:
 def _cost(args) -> None:
     import json
 
-    from .calibration import calibrate
+    from .planning.calibration import calibrate
 
     constants = calibrate(steps=args.steps, device=args.device)
     if args.out:
@@ -323,7 +323,7 @@ def _cost(args) -> None:
         print(f"wrote {args.out}: the workflow's cost estimate reads it from <results_dir>/benchmarks/")
 
 
-# The curves' figures' commands, one per fedsim.figures.CURVE_FIGURES name (their functions are
+# The curves' figures' commands, one per fedsim.outputs.figures.CURVE_FIGURES name (their functions are
 # there; this module names them without importing matplotlib: tests/test_one_fact.py ties the two).
 FIGURE_HELP = {"figure1": "Figure 1: FedAvg, FedProx, FedDANE per dataset (K = 10, E = 20)",
                "figure2": "Figure 2: participation, one row per dataset, one column per K",
@@ -386,7 +386,7 @@ def _leaf_options(name: str, sampling: tuple | None = None) -> tuple:
 
 
 def _run_settings() -> tuple:
-    """One `train` option per RunConfig field (fedsim.settings), in its order: the settings that
+    """One `train` option per RunConfig field (fedsim.core.settings), in its order: the settings that
     shape the result first."""
     return tuple(map(_run_setting_argument, dataclasses.fields(RunConfig)))
 

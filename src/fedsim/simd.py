@@ -1,5 +1,5 @@
 """Explicit SIMD vectors for numba-compiled code: a value type of LANES floats (or integers) and the few
-operations the MCLR kernel needs (fedsim.kernel).
+operations the MCLR kernel needs (fedsim.core.kernel).
 
 numba compiles without LLVM's SLP vectoriser, and its loop vectoriser keeps accumulators in
 registers only for some loop shapes (benchmarks/peak.py says which were tried), so a kernel

@@ -32,7 +32,7 @@ FILE_KINDS = {
     "femnist": (IMAGE, "mclr"),
     "shakespeare": ("shakespeare", "char_lstm"),
     "sent140": ("sent140", "sent140_lstm"),
-    "features": (FEATURES, "mclr"),   # a user's own arrays (fedsim.arrays)
+    "features": (FEATURES, "mclr"),   # a user's own arrays (fedsim.data.arrays)
     "images": (IMAGE, "mclr"),
 }
 TOKEN_SAMPLES = tuple(samples for samples, _ in FILE_KINDS.values() if samples not in (FEATURES, IMAGE))
@@ -45,7 +45,7 @@ class ModelSpec:
     name: str               # its file's name: what `--model` and run.json call it
     label: str              # its name in tables and figures
     samples: tuple[str, ...]  # the samples it takes (FEATURES, IMAGE, a token set)
-    accelerators: tuple[str, ...] = ()  # engines besides the general torch rule (fedsim.engine.ACCELERATORS)
+    accelerators: tuple[str, ...] = ()  # engines besides the general torch rule (fedsim.core.engine.ACCELERATORS)
     stacks_on: tuple[str, ...] = ("cpu", "cuda")  # devices where a round's devices train as one stack
     graphs_on: tuple[str, ...] = ()     # devices where each SGD step replays as a CUDA graph
     linear_softmax: bool = False        # MCLR's closed forms: the MCLR-only methods, the theorems

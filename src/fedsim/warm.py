@@ -18,7 +18,7 @@ Safety nets:
 - the job dies with its launcher: the child watches the socket and exits when the launcher is
   killed (a cancelled Snakemake job, a walltime), so no orphan keeps writing;
 - the job gets its launcher's signals: SIGTERM, SIGINT (Ctrl-C) and SIGUSR1 sent to the launcher
-  go on to the job, which stops as a cold one would (fedsim.stopping: a run saves its checkpoint
+  go on to the job, which stops as a cold one would (fedsim.core.stopping: a run saves its checkpoint
   at a round boundary, one line, exit code 128 + the signal's number), and the launcher returns its
   exit code, with no traceback of its own;
 - the server exits after IDLE_SECONDS without jobs (FEDSIM_WARM_IDLE overrides) and never
@@ -51,15 +51,15 @@ import threading
 import time
 from pathlib import Path
 
-from .stopping import STOP_SIGNALS, StopSignals, Stopped, exit_status
+from .core.stopping import STOP_SIGNALS, StopSignals, Stopped, exit_status
 
 IDLE_SECONDS = 60.0
 START_TIMEOUT = 120.0     # seconds to wait for a new server's imports (a cold page cache is slow)
 MAX_SOCKET_PATH = 100     # bytes; AF_UNIX allows 104-108 depending on the system
-PRELOAD = ("torch", "numpy", "pandas", "h5py", "fedsim.cli", "fedsim.train", "fedsim.summary",
-           "fedsim.figures", "fedsim.leaf", "fedsim.leaf.stats", "fedsim.synthetic", "fedsim.kernel",
-           "fedsim.shuffle")
-COMPILED = ("fedsim.kernel", "fedsim.shuffle")  # preloaded modules whose warm_up() compiles their numba code
+PRELOAD = ("torch", "numpy", "pandas", "h5py", "fedsim.cli", "fedsim.core.train", "fedsim.outputs.summary",
+           "fedsim.outputs.figures", "fedsim.data.leaf", "fedsim.data.leaf.stats", "fedsim.data.synthetic", "fedsim.core.kernel",
+           "fedsim.core.shuffle")
+COMPILED = ("fedsim.core.kernel", "fedsim.core.shuffle")  # preloaded modules whose warm_up() compiles their numba code
 COMPILED_COMMANDS = ("train",)  # commands that call COMPILED code (another one that does compiles it itself)
 # Read once at import by torch and the BLAS libraries: a job with other values gets another server.
 IMPORT_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
@@ -121,7 +121,7 @@ def launch(argv: list[str]) -> int:
 
 class _ForwardSignals(StopSignals):
     """The launcher's STOP_SIGNALS: sent on to the job once it runs in the server's child (`pid`), which
-    stops as a cold `fedsim` would (fedsim.stopping) and reports its exit code; before that, they stop
+    stops as a cold `fedsim` would (fedsim.core.stopping) and reports its exit code; before that, they stop
     the launcher at once (Stopped)."""
 
     pid = None

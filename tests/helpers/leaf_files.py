@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from fedsim.leaf import sent140
+from fedsim.data.leaf import sent140
 
 SPEECH = "Now is the winter of our discontent made glorious summer by this sun of York"  # 76 chars
 

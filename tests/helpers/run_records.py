@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 
 from fedsim.methods import REGISTRY
-from fedsim.train import write_run
+from fedsim.core.train import write_run
 
 def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 2.0, 1.0, 0.5),
              dataset="synthetic_0_0", alpha=0.0, iid=False, correction="exact", **settings):

@@ -4,8 +4,8 @@ in the Shakespeare and Sent140 formats."""
 import numpy as np
 import torch
 
-from fedsim.data import write_dataset
-from fedsim.engine import Clients
+from fedsim.data.format import write_dataset
+from fedsim.core.engine import Clients
 from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
 
@@ -51,7 +51,7 @@ def write_leaf_like(path, kind, devices=4, per_device=30, seed=0):
                   clients=[f"d{k}" for k in range(devices)], train_x=x[train], train_y=y[train],
                   train_offsets=offsets[0], test_x=x[~train], test_y=y[~train], test_offsets=offsets[1],
                   provenance={})
-    if kind == "sent140":  # as fedsim.leaf.common.write_partition stores `extras`
+    if kind == "sent140":  # as fedsim.data.leaf.common.write_partition stores `extras`
         import h5py
         with h5py.File(path, "r+") as f:
             emb = rng.normal(size=(vocab + 1, 300)).astype(np.float32)

@@ -24,7 +24,7 @@ except ImportError as err:
     if type(err).__name__ != "KindFileError":
         raise
     sys.exit(f"Kind error: {err}")
-from fedsim import atomic  # noqa: E402
+from fedsim.data import atomic  # noqa: E402
 from fedsim.planning import captions, cost, experiments, jobs, kinds  # noqa: E402
 from fedsim.planning.configcheck import (check_config, check_partition_pools, command_line_types,  # noqa: E402
                                load_schema, pool_samples, target_read_as_config)

@@ -9,7 +9,7 @@ rule figure:
         tuned=tuned_inputs,
         runs=infos_of(figure_runs),
         metrics=metrics_of(figure_runs),
-        code=code_fingerprint("figures"),
+        code=code_fingerprint("outputs.figures"),
     output:
         pdf=figure_path(),
         png=report(
@@ -55,7 +55,7 @@ rule tuning_figure:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
         tuned=summary_path("tuned_mu.csv"),
-        code=code_fingerprint("figures"),
+        code=code_fingerprint("outputs.figures"),
     output:
         pdf=figure_path("tuning"),
         png=report(
@@ -88,7 +88,7 @@ rule theory_figure:
     input:
         runs=infos_of(theory_runs),
         metrics=metrics_of(theory_runs),
-        code=code_fingerprint("figures"),
+        code=code_fingerprint("outputs.figures"),
     output:
         pdf=figure_path(),
         png=report(

@@ -33,7 +33,7 @@ rule datasets_table:
     """results/summary/datasets.csv: devices and samples per device of every dataset."""
     input:
         datasets=[dataset_path(name) for name in used_datasets()],
-        code=code_fingerprint("leaf.stats"),
+        code=code_fingerprint("data.leaf.stats"),
     output:
         summary_path("datasets.csv"),
     conda:

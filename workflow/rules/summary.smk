@@ -27,7 +27,7 @@ checkpoint tune:
     input:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
-        code=code_fingerprint("summary"),
+        code=code_fingerprint("outputs.summary"),
     output:
         report(
             summary_path("tuned_mu.csv"),
@@ -60,7 +60,7 @@ rule summarise:
         known=info_paths(all_runs()),
         runs=infos_of(summary_runs),
         metrics=metrics_of(summary_runs),
-        code=code_fingerprint("summary"),
+        code=code_fingerprint("outputs.summary"),
     output:
         report(
             summary_path("runs.csv"),
@@ -91,7 +91,7 @@ rule findings:
         tuned=tuned_inputs,
         runs=infos_of(figure_runs),
         metrics=metrics_of(figure_runs),
-        code=code_fingerprint("summary"),
+        code=code_fingerprint("outputs.summary"),
     output:
         report(
             summary_path("findings_{experiment}.csv"),
@@ -123,11 +123,11 @@ rule findings:
 
 
 rule tables:
-    """The findings as the docs' Markdown tables (fedsim.tables), naming the commit that rendered them and
+    """The findings as the docs' Markdown tables (fedsim.outputs.tables), naming the commit that rendered them and
     the config: rerunning both reproduces them."""
     input:
         findings=summary_path("findings_{experiment}.csv"),
-        code=code_fingerprint("summary"),
+        code=code_fingerprint("outputs.summary"),
     output:
         summary_path("tables_{experiment}.md"),
     params:

@@ -88,7 +88,7 @@ def warn_devices(out, declared) -> None:
     """A kind whose device count only its built file knows (LEAF's sampling, a JSON import): say so
     loudly when the file has another count than the entry's `devices` (the planning's K = clients_fraction
     x devices)."""
-    from ..data import FederatedDataset
+    from ..data.format import FederatedDataset
 
     if declared is None:
         return

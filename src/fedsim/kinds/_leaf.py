@@ -29,7 +29,7 @@ def sampling(entry) -> dict:
 
 def sampled(entry, out, name, prov, first_line) -> str:
     """Log the build's first line, check its device count, and give LEAF's sampling line."""
-    from ..leaf.niid import kept_line
+    from ..data.leaf.niid import kept_line
     from . import warn_devices
 
     print(f"{name}: {first_line}")

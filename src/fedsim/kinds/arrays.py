@@ -1,14 +1,14 @@
-"""A user's own .npz of arrays (fedsim.arrays): x (n x d features or n x C x H x W images), y (n
+"""A user's own .npz of arrays (fedsim.data.arrays): x (n x d features or n x C x H x W images), y (n
 integer labels), optional device ids and test marks. Without device ids it is one pool, which a
 partition deals to devices; MCLR is its default model either way."""
 
-from ..arrays import describe
+from ..data.arrays import describe
 from ..specs import Kind
 
 
 def build(entry, files, out, name):
-    from ..arrays import import_arrays
-    from ..data import FederatedDataset
+    from ..data.arrays import import_arrays
+    from ..data.format import FederatedDataset
 
     npz = files[0]
     prov = import_arrays(npz, out, name=name, train_fraction=float(entry["train_fraction"]), seed=entry["seed"],

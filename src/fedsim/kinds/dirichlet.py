@@ -1,8 +1,8 @@
 """A Dirichlet label partition of another dataset entry's train and test rows (its `pool`) into
 `devices` devices: per class over the devices (flwr-datasets' DirichletPartitioner) or per device
-over the classes (Hsu et al. 2019), fedsim.partition. Its samples and model are its pool's."""
+over the classes (Hsu et al. 2019), fedsim.data.partition. Its samples and model are its pool's."""
 
-from ..partition import DEFAULTS, REPEATS, SCHEMES
+from ..data.partition import DEFAULTS, REPEATS, SCHEMES
 from ..specs import Kind
 
 PER_CLASS_KEYS = ("self_balancing", "max_retries")  # the per_class scheme's own
@@ -11,8 +11,8 @@ PER_CLASS_KEYS = ("self_balancing", "max_retries")  # the per_class scheme's own
 def build(entry, files, out, name):
     import numpy as np
 
-    from ..data import FederatedDataset
-    from ..partition import write_dirichlet
+    from ..data.format import FederatedDataset
+    from ..data.partition import write_dirichlet
 
     pool = files["pool"][0]
     prov = write_dirichlet(pool, out, devices=entry["devices"], alpha=float(entry["alpha"]), name=name,
@@ -36,7 +36,7 @@ def reads(entry):
 
 
 def check_pool(entry, samples):
-    from ..partition import check_settings
+    from ..data.partition import check_settings
 
     check_settings(samples, entry["devices"], entry["alpha"], scheme=entry["scheme"],
                    min_partition_size=entry["min_partition_size"], max_retries=entry["max_retries"])

@@ -1,5 +1,5 @@
 """FedProx's FEMNIST: 200 devices of 3 of the letters a-j each (their my_sample.py,
-fedsim.leaf.femnist), from a pool of LEAF JSON files or folders (`json`) or NIST's by_class.zip."""
+fedsim.data.leaf.femnist), from a pool of LEAF JSON files or folders (`json`) or NIST's by_class.zip."""
 
 from ..specs import Kind
 from ._leaf import DEVICES, FILES, SEED
@@ -8,7 +8,7 @@ from ._leaf import DEVICES, FILES, SEED
 def build(entry, files, out, name):
     import sys
 
-    from ..leaf.femnist import build_femnist, read_json_pool, read_nist_pool
+    from ..data.leaf.femnist import build_femnist, read_json_pool, read_nist_pool
     from . import warn_devices
 
     pool, info = read_json_pool(list(files)) if "json" in entry else read_nist_pool(files[0])

@@ -1,4 +1,4 @@
-"""LEAF's own FEMNIST: 62 classes, a device per writer (fedsim.leaf.femnist62), from LEAF data
+"""LEAF's own FEMNIST: 62 classes, a device per writer (fedsim.data.leaf.femnist62), from LEAF data
 folders (`json`, each with train/ and test/; a writer several hold taken from the first with its
 train rows) or from NIST's by_class.zip and by_write.zip, sampled as LEAF does (its small FEMNIST:
 preprocess.sh -s niid --sf 0.05 -k 0 -t sample)."""
@@ -8,7 +8,7 @@ from ._leaf import FILES, SAMPLING_KEYS, TEST_ONLY, sampled, sampling, sampling_
 
 
 def build(entry, files, out, name):
-    from ..leaf.femnist62 import build_femnist62_json, build_femnist62_nist
+    from ..data.leaf.femnist62 import build_femnist62_json, build_femnist62_nist
     from . import warn_devices
 
     if "json" in entry:

@@ -1,13 +1,13 @@
 """LEAF-format JSON train and test files or folders (LEAF's, or the FedProx authors' released
-data/), imported as they are (fedsim.leaf.leafjson): what one sample is, its file tells."""
+data/), imported as they are (fedsim.data.leaf.leafjson): what one sample is, its file tells."""
 
 from ..specs import Kind
 from ._leaf import DEVICES, FILES, TEST_ONLY
 
 
 def build(entry, files, out, name):
-    from ..data import FederatedDataset
-    from ..leaf.leafjson import import_leaf_json
+    from ..data.format import FederatedDataset
+    from ..data.leaf.leafjson import import_leaf_json
     from . import warn_devices
 
     prov = import_leaf_json(files["train"], files["test"], out, name=name, kind=entry.get("sample_kind"),

@@ -1,5 +1,5 @@
 """LEAF's Sent140: a device per Twitter user of Sentiment140, each tweet 25 GloVe word ids (the
-embedding rows that occur stored in the file: fedsim.leaf.sent140), then LEAF's niid sampling.
+embedding rows that occur stored in the file: fedsim.data.leaf.sent140), then LEAF's niid sampling.
 Its ids mean nothing without its own embedding: no partition pools it."""
 
 from ..specs import Kind
@@ -7,7 +7,7 @@ from ._leaf import sampled, sampling, sampling_keys
 
 
 def build(entry, files, out, name):
-    from ..leaf.sent140 import build_sent140
+    from ..data.leaf.sent140 import build_sent140
 
     prov = build_sent140(files[0], files["glove"][0], out, dim=entry["glove_dim"], name=name, **sampling(entry))
     return sampled(entry, out, name, prov, f"{prov['leaf_users']} users in the CSVs, vocabulary "

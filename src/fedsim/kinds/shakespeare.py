@@ -1,12 +1,12 @@
 """LEAF's Shakespeare: a device per speaking role of the Gutenberg e-book's plays, each sample 80
-characters and the next one (fedsim.leaf.shakespeare), then LEAF's niid sampling."""
+characters and the next one (fedsim.data.leaf.shakespeare), then LEAF's niid sampling."""
 
 from ..specs import Kind
 from ._leaf import sampled, sampling, sampling_keys
 
 
 def build(entry, files, out, name):
-    from ..leaf.shakespeare import build_shakespeare
+    from ..data.leaf.shakespeare import build_shakespeare
 
     prov = build_shakespeare(files[0], out, name=name, **sampling(entry))
     return sampled(entry, out, name, prov, f"{prov['leaf_users']} LEAF users, text is the 1994 edition: "

@@ -1,8 +1,8 @@
 """Synthetic(alpha, beta) of the FedProx paper (or its IID set), generated from a seed
-(fedsim.synthetic); the config's top-level `synthetic:` holds the settings its entries share."""
+(fedsim.data.synthetic); the config's top-level `synthetic:` holds the settings its entries share."""
 
 from ..specs import Kind
-from ..synthetic import DEFAULTS, MEAN_SAMPLES
+from ..data.synthetic import DEFAULTS, MEAN_SAMPLES
 
 SHARED_KEYS = {  # the config's `synthetic:` (an entry may set its own)
     "devices": {"type": "integer", "minimum": 1},
@@ -14,7 +14,7 @@ SHARED_KEYS = {  # the config's `synthetic:` (an entry may set its own)
 
 
 def build(entry, files, out, name):
-    from ..synthetic import write_synthetic
+    from ..data.synthetic import write_synthetic
 
     write_synthetic(out, name=name, alpha=float(entry["alpha"]), beta=float(entry["beta"]), iid=entry["iid"],
                     num_devices=entry["devices"], num_features=entry["features"], num_classes=entry["classes"],

@@ -13,7 +13,7 @@ Every local problem is one choice, per solving device k, of
 
     min_w  F_k(w) + <c_k, w - w0> + mu/2 ||w - w0||^2,
 
-which the engine (fedsim.engine) solves with E epochs of mini-batch SGD from w0, by whichever
+which the engine (fedsim.core.engine) solves with E epochs of mini-batch SGD from w0, by whichever
 execution strategy the run picked. w0 is the global model unless the method names another
 `center` (S-DANE's y, the model FedDyn's server sends). The state is the method's memory across rounds (server
 state and per-device tables, as SCAFFOLD's control variates); the run checkpoints it with the
@@ -27,7 +27,7 @@ its runs and their mu) and the figures read REGISTRY, which holds every module h
 declares a METHOD: adding a method is one file plus its test (scaffold.py is the example). A user's
 own method file, in the methods/ folder of a folder FEDSIM_PLUGINS names, joins them by the same rule
 (PLUGIN_METHOD_FILES: its path, which the workflow fingerprints for its runs; docs/methods.md). How it
-looks (colour, dash pattern, place in legends) is no part of it: fedsim.styles declares that, by name.
+looks (colour, dash pattern, place in legends) is no part of it: fedsim.outputs.styles declares that, by name.
 
 No module here imports torch: the workflow reads the registry at start-up, and a second of
 torch import there would be paid by every `snakemake` call. Tensors arrive from the run.
@@ -76,7 +76,7 @@ class LocalProblem:
 
     def in_use(self) -> set[str]:
         """The fields that ask something of the solver: mu when nonzero, any other field when set.
-        Each engine implements a set of them (fedsim.engine) and refuses a problem asking for more."""
+        Each engine implements a set of them (fedsim.core.engine) and refuses a problem asking for more."""
         return {f.name for f in dataclasses.fields(self)
                 if (getattr(self, f.name) != 0 if f.name == "mu" else getattr(self, f.name) is not None)}
 
@@ -240,7 +240,7 @@ def traffic(method: "Method", ctx: RoundContext) -> tuple[int, int]:
 @dataclass(frozen=True)
 class Method:
     name: str
-    label: str                        # its name in figures, tables and captions (its look: fedsim.styles)
+    label: str                        # its name in figures, tables and captions (its look: fedsim.outputs.styles)
     family: str | None = None         # one of FAMILIES; None: a family of its own
     local_problem: Callable | None = None  # what the engines solve by SGD; or, instead,
     local_solver: Callable | None = None   # (ctx, state) -> local models: a local solver of the method's own
@@ -286,7 +286,7 @@ class Method:
 
 
 def _discover() -> tuple[dict[str, Method], dict[str, set]]:
-    """Every method module's METHOD, by name (legend order is fedsim.styles'), and the method modules
+    """Every method module's METHOD, by name (legend order is fedsim.outputs.styles'), and the method modules
     each one imports: this package's, then each plugin folder's methods/<name>.py (FEDSIM_PLUGINS,
     fedsim.specs.plugin_dirs; its path in PLUGIN_METHOD_FILES), whose name may be no other's."""
     modules = {info.name: importlib.import_module(f"{__name__}.{info.name}") for info in pkgutil.iter_modules(__path__)}

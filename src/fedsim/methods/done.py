@@ -25,7 +25,7 @@ starts from d_0 = -grad F_k(w) (the device's own gradient) where it samples mini
 its full-batch case: option `start` (global: -g, the default here, as fedsim's Hessians are
 full-batch; local: -grad F_k(w)). A per-sample Hessian-vector product is counted as two gradient
 evaluations (its cost). MCLR only: the Hessian-vector products are the closed form of
-fedsim.theory.
+fedsim.core.theory.
 """
 
 from . import Method, Option, RoundContext, weighted_average

@@ -2,7 +2,7 @@
 
 FedDANE with g_t averaged over ALL devices' gradients (the exact grad f(w^{t-1})), the local
 problems still solved by a sample of K devices: the very devices a sampling FedDANE of the same
-run settings would pick (fedsim.train.round_devices), so the two differ only in g_t. What it
+run settings would pick (fedsim.core.train.round_devices), so the two differ only in g_t. What it
 fixes of FedDANE is what the paper blames on the inexact gradient estimate at low
 participation; what it leaves is due to heterogeneity.
 """

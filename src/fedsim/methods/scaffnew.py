@@ -25,7 +25,7 @@ import numpy as np
 
 from . import LocalProblem, Method, Option, RoundContext, weighted_average
 
-STEPS_STREAM = 20  # keeps the draws of the local steps apart from fedsim.train's streams
+STEPS_STREAM = 20  # keeps the draws of the local steps apart from fedsim.core.train's streams
 WEIGHTINGS = ("paper", "samples")
 
 

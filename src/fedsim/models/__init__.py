@@ -117,7 +117,7 @@ class Model:
         return logits.argmax(-1) == y
 
     def from_tensors(self, tensors: dict, dtype=torch.float32, source="tensors") -> torch.Tensor:
-        """Parameters from named arrays (an initial model file, fedsim.authors)."""
+        """Parameters from named arrays (an initial model file, fedsim.core.authors)."""
         raise ValueError(f"{source}: only MCLR models (synthetic, FEMNIST) take an initial model file, "
                          f"not {self.name}")
 
@@ -164,7 +164,7 @@ class Model:
         g each device's gradient of its weighted batch loss (minus the same batch's at `anchor`: Mime),
         c its row of `correction` (K, *shape), w0 = `center`. `grads`: where the gradients may go (a
         tensor of stacked's shape, the engine's for the round: fresh memory each step costs page
-        faults). The general rule's steps (fedsim.engine), from stacked_grads; the update rounds as the
+        faults). The general rule's steps (fedsim.core.engine), from stacked_grads; the update rounds as the
         loop engine's, w - (lr g)."""
         for xt, yt, wt in zip(x, y, weight):
             grad = self.stacked_grads(stacked, xt, yt, wt, out=grads)

@@ -3,7 +3,7 @@
 Its weights and bias are one matrix of shape (features + 1, classes), the bias in the last row:
 its inputs get a constant 1 appended once, at load time (`prepare_inputs`), and a forward pass
 is one matmul. Its gradients, full or stacked, are closed forms (no autograd), and on the CPU the
-compiled kernel (fedsim.kernel) trains and evaluates it.
+compiled kernel (fedsim.core.kernel) trains and evaluates it.
 """
 
 from __future__ import annotations

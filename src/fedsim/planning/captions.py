@@ -16,7 +16,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ..methods import ENTRIES, resolve
-from ..styles import in_legend_order
+from ..outputs.styles import in_legend_order
 from . import experiments as ex
 from .jobs import method_options
 from ..kinds import KINDS

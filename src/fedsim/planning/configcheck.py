@@ -17,13 +17,13 @@ from pathlib import Path
 import jsonschema
 import yaml
 
-from ..download import SOURCES
+from ..data.download import SOURCES
 from ..kinds import KINDS, kind_of
 from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, lr_grid, method_kind,
                           method_setting, method_values, mu_source, n_devices, settings as experiment_settings,
                           tunes, used_datasets)
 from ..methods import ENTRIES, REGISTRY
-from ..settings import TAIL_FRACTION, RunConfig, rng_problem
+from ..core.settings import TAIL_FRACTION, RunConfig, rng_problem
 from .kinds import entry_model, fit_problem, resolved_entry, trains_linear_softmax
 
 # Ceilings on what one config may ask for, unless `allow_large: true` (config/README.md).
@@ -32,7 +32,7 @@ MAX_RUNS = 10_000
 MAX_DATASET_GB = 8.0
 
 
-# The schema's keys that are one run setting each (fedsim.settings.RunConfig's field of that name), by
+# The schema's keys that are one run setting each (fedsim.core.settings.RunConfig's field of that name), by
 # the schema path of the properties that hold them: their allowed values and defaults are RunConfig's,
 # filled in by load_schema, so the schema states neither.
 RUN_SETTINGS = {
@@ -53,7 +53,7 @@ def load_schema(path) -> dict:
     """The config schema, with what fedsim declares filled in: the method list from its registry
     (methods and variants), the dataset kinds and their keys (fedsim.kinds, a plugin's among them), the run
     settings' allowed values and defaults from RunConfig (RUN_SETTINGS), the tuning criterion's tail
-    fraction (fedsim.settings.TAIL_FRACTION) and the raw sources' names (fedsim.download.SOURCES)."""
+    fraction (fedsim.core.settings.TAIL_FRACTION) and the raw sources' names (fedsim.data.download.SOURCES)."""
     schema = yaml.safe_load(Path(path).read_text())
     schema["definitions"]["method"]["enum"] = list(ENTRIES)
     fields = {f.name: f for f in dataclasses.fields(RunConfig)}
@@ -168,7 +168,7 @@ def built_samples(path) -> int | None:
 def pool_samples(cfg: dict, name, path) -> int | None:
     """A pool's samples where known before its partition's build: its built file's (at `path`), else
     an `arrays` pool's .npz rows (its header); else None. Each counts every row, repeated ones too (the
-    partition drops those): fewer samples fail every check of fedsim.partition.check_settings that
+    partition drops those): fewer samples fail every check of fedsim.data.partition.check_settings that
     these fail, so a refusal from either is sure."""
     samples = built_samples(path)
     entry = cfg["datasets"][name]
@@ -183,7 +183,7 @@ def pool_samples(cfg: dict, name, path) -> int | None:
 def check_partition_pools(cfg: dict, pool_samples) -> None:
     """Each Dirichlet partition some experiment runs against its pool's sample count, where
     `pool_samples(name)` knows it (the pool's file is built; else None: built_samples of its path):
-    what no draw can satisfy (fedsim.partition.check_settings) is a ConfigError before any job, not a
+    what no draw can satisfy (fedsim.data.partition.check_settings) is a ConfigError before any job, not a
     failed build."""
     for name in used_datasets(cfg):
         entry = cfg["datasets"][name]
@@ -516,7 +516,7 @@ def _check_shared_tuning(cfg) -> None:
 
 
 def _check_rng(cfg) -> None:
-    """rng: authors's rule, over every method the experiments run (fedsim.settings.rng_problem)."""
+    """rng: authors's rule, over every method the experiments run (fedsim.core.settings.rng_problem)."""
     sim = cfg["simulator"]
     methods = [m for e in cfg["experiments"].values() for m in e["methods"]]
     problem = rng_problem(sim["rng"], sim["selection"], sim["second_subset"], methods)

@@ -1,7 +1,7 @@
 """What a planned run of the LSTM datasets (Shakespeare, Sent140) will cost, before it starts.
 
 Torch-free, lazily too (the workflow imports it at every snakemake call): measuring the constants on
-this machine, which runs the real models, is fedsim.calibration's.
+this machine, which runs the real models, is fedsim.planning.calibration's.
 
 The model, per run of T rounds, K devices per round, E epochs, batch size B:
 
@@ -12,12 +12,12 @@ The model, per run of T rounds, K devices per round, E epochs, batch size B:
 
 S_max: the sequential steps of the round's longest device, E x ceil(n_max / B), expected over the
 round's selection (K of the devices uniformly without replacement, or with probability n_k / n);
-S_sum: every selected device's steps. The batched engine (fedsim.engine.local_sgd_stacked) runs
+S_sum: every selected device's steps. The batched engine (fedsim.core.engine.local_sgd_stacked) runs
 S_max steps, each over the devices still training, so one step costs a fixed part (step_s: the
 time loop's ~160 small kernel calls) plus a part per row of the active devices' batches (row_s).
 Full local gradients use at most 200 rows per device (fedsim.models._lstm). All figures are seconds on
 one CPU thread (training jobs compute on one torch thread whatever `threads` says), measured by
-`python -m fedsim cost --calibrate` (fedsim.calibration) or the DEFAULTS below.
+`python -m fedsim cost --calibrate` (fedsim.planning.calibration) or the DEFAULTS below.
 
 A training job asks the batch system for its run's estimate (the model above for the LSTM runs, seconds
 per device and epoch for the MCLR ones) with a margin, or `simulator.max_runtime` where lower; under
@@ -45,8 +45,8 @@ from .kinds import entry_dissimilarity, entry_model, trains_linear_softmax
 from ..specs import model_spec
 from .jobs import train_device
 from ..methods import ENTRIES
-from ..settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
-from ..steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.planning.cost.local_steps as before)
+from ..core.settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+from ..core.steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.planning.cost.local_steps as before)
 
 # CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`; CPU
 # time, not the wall clock, so that a shared machine skews them less; when: docs/performance.md).

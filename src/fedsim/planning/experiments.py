@@ -16,8 +16,8 @@ from decimal import Decimal
 import pandas as pd
 
 from ..methods import ENTRIES
-from ..settings import clients_per_round_problem
-from ..styles import in_legend_order
+from ..core.settings import clients_per_round_problem
+from ..outputs.styles import in_legend_order
 from ..kinds import KINDS
 from .kinds import model_tag, n_devices, sources, trains_linear_softmax
 

@@ -16,7 +16,7 @@ import os
 import shlex
 from pathlib import Path
 
-from .. import atomic
+from ..data import atomic
 from ..specs import FILE_KINDS, MODELS_DIR, model_file
 from ..kinds import BUILT_KINDS, KINDS, PLUGIN_KIND_FILES
 from .experiments import RUN_FIELDS, fmt, setting_name, tag_lr, tag_model
@@ -293,7 +293,7 @@ def method_fingerprint(package_dir, out_dir, method: str) -> list[str]:
     it is (<out_dir>/methods.<name>.txt): an edit of either reruns that method's runs and no other."""
     uses = sorted(USES[method])
     plugins = [m for m in uses if m in PLUGIN_METHOD_FILES]
-    own = code_fingerprint(package_dir, out_dir, "train", *(f"methods.{m}" for m in uses if m not in plugins))
+    own = code_fingerprint(package_dir, out_dir, "core.train", *(f"methods.{m}" for m in uses if m not in plugins))
     return own + [path for m in plugins
                   for path in file_fingerprint(out_dir, f"methods.{m}", [str(PLUGIN_METHOD_FILES[m])])]
 

@@ -1,4 +1,4 @@
-"""A figure's findings (fedsim.summary.findings) as the Markdown tables the docs show.
+"""A figure's findings (fedsim.outputs.summary.findings) as the Markdown tables the docs show.
 
 One table per panel of the figure (a dataset, at its K, E and rounds), its curves by rank: each
 method at its tuned values, its tail loss and test accuracy (mean over seeds, their range, `*` where

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from .atomic import write_csv, write_json
+from ..data.atomic import write_csv, write_json
 
 # metrics.csv's cumulative costs, columns after round and communication_rounds (and totals in the
 # run's result): per-sample gradient evaluations on the devices (local SGD steps and full local

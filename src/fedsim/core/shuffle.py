@@ -27,7 +27,7 @@ ceil(n / B) batches of B, the last one holding the remainder and padded. A plan 
 epochs 0 to E - 1; a plan of a fixed number of steps (Scaffnew) is the first batches of epochs
 0, 1, ... (the same numbers). Lemire's method on 32-bit words allows n <= 2^32 samples a device.
 
-Compiled code is cached beside this file, as fedsim.kernel's.
+Compiled code is cached beside this file, as fedsim.core.kernel's.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def _stacked(offsets, positions, devices, epochs, fixed_steps, batch_size, seed,
         sizes[j] = offsets[positions[j] + 1] - offsets[positions[j]]
         if sizes[j] > 1 << 32:
             raise ValueError("a device of more than 2^32 samples: the shuffle's words are 32 bits")
-        # E epochs of ceil(n / B) batches (fedsim.steps.local_steps; tests/test_shuffle.py), or fixed
+        # E epochs of ceil(n / B) batches (fedsim.core.steps.local_steps; tests/test_shuffle.py), or fixed
         steps[j] = epochs * ((sizes[j] + batch_size - 1) // batch_size) if fixed_steps < 0 else fixed_steps
         longest = max(longest, sizes[j])
     order = _longest_first(steps)  # longest first; ties keep the callers' order
@@ -202,7 +202,7 @@ def stacked_plans(offsets: np.ndarray, positions: np.ndarray, devices: np.ndarra
 
 
 def stream_of(rng: str) -> str:
-    """The mini-batch stream of a run with setting `rng`: this module's, or the authors' (fedsim.authors)."""
+    """The mini-batch stream of a run with setting `rng`: this module's, or the authors' (fedsim.core.authors)."""
     return "authors" if rng == "authors" else STREAM
 
 

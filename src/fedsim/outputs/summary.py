@@ -12,11 +12,11 @@ import math
 import numpy as np
 import pandas as pd
 
-from .methods import ENTRIES, LABELS, REGISTRY, options_of, resolve, setting_value, variant_of
-from .settings import TAIL_FRACTION, RunConfig, setting_columns
-from .records import COUNT_COLUMNS, read_run
+from ..methods import ENTRIES, LABELS, REGISTRY, options_of, resolve, setting_value, variant_of
+from ..core.settings import TAIL_FRACTION, RunConfig, setting_columns
+from ..core.records import COUNT_COLUMNS, read_run
 
-# RunConfig's RESULT fields (fedsim.settings): a new one is a column here and a tuning-group key
+# RunConfig's RESULT fields (fedsim.core.settings): a new one is a column here and a tuning-group key
 SETTING_COLUMNS = setting_columns()
 # what a record written before a setting existed ran with: the setting's default
 DEFAULTS = {f.name: f.default for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING}

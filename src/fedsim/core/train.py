@@ -12,17 +12,17 @@ Protocol (the reference code's, with the paper's text as options):
   `correction` is the paper's g_t - grad F_k(w^{t-1}) or what the authors' code computed);
   `method` may name a variant (feddane_authors), which the config turns into method + options;
 - a method's state (SCAFFOLD's control variates, ...) is checkpointed with the model
-  (fedsim.checkpoint: the file, when it is written, whose settings it holds);
+  (fedsim.core.checkpoint: the file, when it is written, whose settings it holds);
 - `rng: authors` replaces fedsim's draws by the authors' (selection seeded by the round, their
-  compounding mini-batch shuffle: fedsim.authors); `init` loads an initial model from a file;
+  compounding mini-batch shuffle: fedsim.core.authors); `init` loads an initial model from a file;
 - metrics row t describes the global model after t rounds (row 0: the initial model);
 - a non-finite training loss or weight ends the run at that round: the run is recorded as
   diverged there, with every metric so far, and why (`diverged_reason`): at round 0, before any
   training, the data (or the initial model) are at fault, not the method (DIVERGED_REASONS);
-- `theory: true` adds Theorem 1's constants to every round's metrics (fedsim.theory measures them).
+- `theory: true` adds Theorem 1's constants to every round's metrics (fedsim.core.theory measures them).
 
 The settings themselves (RunConfig: each field's meaning, range and role) are declared in
-fedsim.settings; train re-exports RunConfig.
+fedsim.core.settings; train re-exports RunConfig.
 
 Threads: the numerics (local SGD, gradients, metrics) always run on one torch thread. torch's
 CPU kernels round differently with the thread count (MKL GEMMs, softmax over a non-last
@@ -53,18 +53,18 @@ import numpy as np
 import pandas as pd
 import torch
 
-from . import __version__
-from .arrays import pool_refusal
+from .. import __version__
+from ..data.arrays import pool_refusal
 from .checkpoint import Checkpoint
-from .data import FederatedDataset
+from ..data.format import FederatedDataset
 from . import authors, shuffle
 from .machine import environment, flushing, subnormals, thread_setup
 from .engine import (ACCELERATORS, ENGINES, KERNEL, Clients, SGDSettings, accelerator_for, device_grads, local_samples,
                      local_steps)
-from .methods import ENTRIES, RoundContext, get_method, traffic, variant_of
+from ..methods import ENTRIES, RoundContext, get_method, traffic, variant_of
 from .metrics import COLUMNS, evaluate
-from . import models
-from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.train.read_run as before)
+from .. import models
+from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.core.train.read_run as before)
 from .settings import RunConfig, check_clients_per_round, check_participation, init_file
 from .stopping import StopSignals, Stopped, hold_at_round_boundary
 from .theory import THEORY_COLUMNS, LocalHessians, measure_theory
@@ -332,7 +332,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
     there is one (`on_resume(round)`, if given, is called with that round before any other), and saves
     its state as `checkpoint.due` says. With a (graceful) `stop`, a signal
     it caught ends the run at the next round boundary: the state saved there, where there is a
-    checkpoint, then Stopped raised (fedsim.stopping).
+    checkpoint, then Stopped raised (fedsim.core.stopping).
     """
     config.validate()
     check_machine(config)
@@ -367,7 +367,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
         "dataset": dataset_record,
         "data_access": data.record(),
         "init": _init_record(config),
-        # which mini-batch stream drew the plans: fedsim's (fedsim.shuffle) or the authors'
+        # which mini-batch stream drew the plans: fedsim's (fedsim.core.shuffle) or the authors'
         "shuffle_stream": shuffle.stream_of(config.rng),
         "fedsim_version": __version__,
         "torch_version": torch.__version__,

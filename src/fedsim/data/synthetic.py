@@ -116,7 +116,7 @@ def generate_synthetic(*, alpha, beta, iid, num_devices=DEFAULTS["devices"], num
 
 def write_synthetic(path, *, name, chunk_rows=None, block_rows=1 << 20, **kwargs):
     """Generate Synthetic(alpha, beta) (kwargs as generate_synthetic) and stream it to `path`."""
-    from .data import write_dataset_stream  # here: the config check reads DEFAULTS without h5py
+    from .format import write_dataset_stream  # here: the config check reads DEFAULTS without h5py
 
     header, blocks = synthetic_stream(block_rows=block_rows, **kwargs)
     write_dataset_stream(path, name=name, kind="synthetic", blocks=blocks, chunk_rows=chunk_rows, **header)

@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 
 from ..atomic import atomic_path
-from ..data import write_dataset_stream
+from ..format import write_dataset_stream
 
 
 def raw_format(path):

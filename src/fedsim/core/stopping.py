@@ -6,7 +6,7 @@ While StopSignals is entered, each of them raises Stopped, which the command tur
 and the exit status 128 + the signal's number (the shells' convention: 130 for Ctrl-C, 143 for
 SIGTERM, 138 for SIGUSR1), apart from 0, 1 and the input errors' 2. A training run asks for
 `graceful` handling: the first signal only asks the round loop to stop at its next round boundary,
-where it saves a checkpoint (fedsim.train); a second one stops it at once, the round in progress
+where it saves a checkpoint (fedsim.core.train); a second one stops it at once, the round in progress
 dropped.
 
 No torch and nothing of fedsim: the warm launcher (fedsim.warm) forwards these signals to its job

@@ -11,7 +11,7 @@ device, round and epoch), so they agree to rounding:
   masking is needed.
 - accelerators (`ACCELERATORS`) run the models that name them faster, on one kind of device, for
   the LocalProblem fields they declare: `kernel`, a compiled loop for MCLR on the CPU
-  (fedsim.kernel: numba, one core, devices one after another), which also gives MCLR's full
+  (fedsim.core.kernel: numba, one core, devices one after another), which also gives MCLR's full
   local gradients and its metrics in one compiled pass each. `auto` picks the model's
   accelerator where it fits the device and the problem, the general rule otherwise.
 - `local_sgd_loop` is the plain per-device loop with autograd: the test oracle and the
@@ -41,7 +41,7 @@ import numpy as np
 import torch
 
 from . import authors, shuffle
-from .methods import LocalProblem
+from ..methods import LocalProblem
 from .steps import local_steps as _local_steps
 
 @dataclass
@@ -57,7 +57,7 @@ class Clients:
     offsets: np.ndarray    # (held devices + 1,): the j-th held device owns rows offsets[j]:offsets[j+1]
     ids: np.ndarray | None = None  # dataset indices of the held devices, increasing; None: all, in order
     # x as the compiled kernel reads it (kernel.padded's layout): given by a loader that writes the rows
-    # there (x then a view of its first columns: fedsim.train.InputBuffer; gathers from it are exact, but
+    # there (x then a view of its first columns: fedsim.core.train.InputBuffer; gathers from it are exact, but
     # a product over all of x may round differently than on contiguous rows: MKL, float64), else made
     # at its first use
     kernel_x: np.ndarray | None = None
@@ -110,13 +110,13 @@ class SGDSettings:
     epochs: int
     batch_size: int
     seed: int
-    shuffle: str = "fedsim"                # fedsim | authors (fedsim.authors)
+    shuffle: str = "fedsim"                # fedsim | authors (fedsim.core.authors)
     epochs_done: np.ndarray | None = None  # authors: local epochs each device has trained so far
 
 
 def local_steps(sizes: np.ndarray, settings: SGDSettings) -> np.ndarray:
     """SGD steps of devices with `sizes` samples: E epochs of ceil(n_k / B) batches (batch_plan's rows;
-    fedsim.steps, which the cost model counts too)."""
+    fedsim.core.steps, which the cost model counts too)."""
     return _local_steps(sizes, settings.epochs, settings.batch_size)
 
 
@@ -134,7 +134,7 @@ def batch_plan(size: int, settings: SGDSettings, round_: int, device: int, steps
     """Local row indices of every mini-batch, (steps, batch_size), padded with -1.
 
     Each epoch visits the device's samples in a fresh order keyed by (seed, round, device, epoch)
-    (fedsim.shuffle; `shuffle: authors`: the authors' compounding in-place shuffle instead); the
+    (fedsim.core.shuffle; `shuffle: authors`: the authors' compounding in-place shuffle instead); the
     last batch of an epoch holds the remainder (as in the reference code, which never drops
     samples). `steps`: that many steps instead of E epochs (Scaffnew's random local work): the
     first batches of as many epochs as they need. The rows _stacked_plans writes for the device.
@@ -423,7 +423,7 @@ class StepGraphs:
 
 
 def local_sgd_kernel(model, params, problem: LocalProblem, clients: Clients, devices, settings, round_):
-    """The round's local SGD for MCLR as one compiled call (fedsim.kernel), on the CPU."""
+    """The round's local SGD for MCLR as one compiled call (fedsim.core.kernel), on the CPU."""
     from . import kernel
 
     if accelerator_for(model, params.device.type) is not KERNEL:
@@ -483,7 +483,7 @@ def all_device_grads(model, params, clients: Clients) -> torch.Tensor:
 
 def kernel_grads(params, clients: Clients, positions=None) -> torch.Tensor:
     """Mean loss gradients (devices, *params.shape) of the held devices at `positions` (all by default),
-    MCLR on the CPU, in one compiled pass over their rows (fedsim.kernel.summed_grads)."""
+    MCLR on the CPU, in one compiled pass over their rows (fedsim.core.kernel.summed_grads)."""
     from . import kernel
 
     positions = np.arange(len(clients.offsets) - 1) if positions is None else positions
@@ -493,8 +493,8 @@ def kernel_grads(params, clients: Clients, positions=None) -> torch.Tensor:
 
 
 def kernel_evaluation(params, train: Clients, test: Clients) -> list[float]:
-    """fedsim.metrics' six numbers (its COLUMNS, in order) at `params`, MCLR on the CPU, in one compiled
-    call over both splits (fedsim.kernel.evaluation)."""
+    """fedsim.core.metrics' six numbers (its COLUMNS, in order) at `params`, MCLR on the CPU, in one compiled
+    call over both splits (fedsim.core.kernel.evaluation)."""
     from . import kernel
 
     return kernel.evaluation(*train.kernel_inputs(), train.offsets, *test.kernel_inputs(), test.offsets,
@@ -513,7 +513,7 @@ class Accelerator:
     fields: frozenset
     local_sgd: Callable         # as local_sgd_batched
     device_grads: Callable      # (params, clients, positions=None) -> (devices, *params.shape)
-    evaluation: Callable        # (params, train, test) -> fedsim.metrics.COLUMNS' values
+    evaluation: Callable        # (params, train, test) -> fedsim.core.metrics.COLUMNS' values
 
 
 # What every engine implements. `center` is the round loop's: it hands the engines w0 as params.
@@ -546,7 +546,7 @@ def _stacked_plans(clients: Clients, devices, settings, round_, fixed_steps: int
     Returns rows (total steps, B) with device order[j]'s steps at first[j]:first[j] + steps[j].
     One flat array rather than a (max steps, K, B) box: one long device next to K = 1000
     short ones would make the box mostly padding. `fixed_steps`: that many steps each (batch_plan).
-    fedsim's shuffle writes all of them in one compiled call (fedsim.shuffle).
+    fedsim's shuffle writes all of them in one compiled call (fedsim.core.shuffle).
     """
     devices = np.asarray(devices, dtype=np.int64)
     pos = clients.locate(devices)

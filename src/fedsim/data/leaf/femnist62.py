@@ -1,12 +1,12 @@
 """LEAF's own FEMNIST: all 62 classes (digits, upper and lower case), one device per writer, as most
-federated-learning papers use it (not the FedProx paper's 10-letter construction: fedsim.leaf.femnist).
+federated-learning papers use it (not the FedProx paper's 10-letter construction: fedsim.data.leaf.femnist).
 The file's kind is femnist (28x28 images as 784 features: the MCLR and the CNN read it).
 
 Two sources, as the FedProx FEMNIST has:
 
 - LEAF's JSON output (build_femnist62_json): one or more LEAF data folders, each holding train/ and
   test/ (LEAF's data/ layout; a sample of the writers, already split). Imported by
-  fedsim.leaf.leafjson with duplicates="first": a writer several folders hold comes from the first
+  fedsim.data.leaf.leafjson with duplicates="first": a writer several folders hold comes from the first
   folder that has train rows of it, all its rows from there (the folders are independent draws with
   their own train/test splits: merged, an image could be a train row and a test row of one device).
   Writers in sorted id order; writers with test rows only are dropped (or kept: test_only).
@@ -19,9 +19,9 @@ Two sources, as the FedProx FEMNIST has:
      out and counted;
   3. classes: hex '30'-'39' -> 0-9, '41'-'5a' -> 10-35, '61'-'7a' -> 36-61 (LEAF's relabel_class);
   4. LEAF's sampling over the writers in sorted id order, each writer's images in member-name order
-     (preprocess.sh -s niid --sf F -k K -t sample --tf T: fedsim.leaf.niid), devices in sorted
+     (preprocess.sh -s niid --sf F -k K -t sample --tf T: fedsim.data.leaf.niid), devices in sorted
      writer order, as LEAF's read_data gives them;
-  5. only the kept writers' images are decoded (fedsim.leaf.femnist.decode_nist_png: LEAF's 28x28
+  5. only the kept writers' images are decoded (fedsim.data.leaf.femnist.decode_nist_png: LEAF's 28x28
      thumbnail, /255).
   LEAF's group_by_writer.py repeats the first image of every writer after the first (its grouping
   loop starts a new writer's list with the image and appends it again): nearly every writer of the

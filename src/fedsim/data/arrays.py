@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .specs import FEATURES, IMAGE
+from ..specs import FEATURES, IMAGE
 
 KEYS = ("x", "y", "device", "test")
 POOL = "one: a pool for kind dirichlet"  # provenance["devices"] of a file imported without device ids
@@ -98,7 +98,7 @@ def describe(path) -> dict:
 def import_arrays(npz, out_path, *, name, train_fraction=0.9, seed=0, classes=None) -> dict:
     """Write the .npz `npz` as a dataset file; returns its provenance. `classes`: the label count (default:
     the largest label + 1)."""
-    from .data import first_non_finite_row, non_finite_text
+    from .format import first_non_finite_row, non_finite_text
     from .leaf.common import write_partition
     from .partition import split_devices
 

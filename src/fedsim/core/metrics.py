@@ -11,7 +11,7 @@
 For the LSTM models the local gradients are the reference's approximation (at most 4 batches of
 50 samples per device, fedsim.models._lstm); every model's losses are computed in chunks of rows.
 For MCLR on the CPU (the kernel accelerator) one compiled call gives all six
-(fedsim.kernel.evaluation, the dissimilarities summed in float64; equal to the torch ops to
+(fedsim.core.kernel.evaluation, the dissimilarities summed in float64; equal to the torch ops to
 rounding, tests/test_engine.py).
 """
 
@@ -46,7 +46,7 @@ def evaluate(model, params: torch.Tensor, train: Clients, test: Clients, dissimi
 
 def _dissimilarities(grads, p) -> dict[str, float]:
     """The two dissimilarities of local gradients grads (devices, weights) with weights p (devices,)
-    (the torch path; fedsim.kernel.evaluation computes the same for MCLR on the CPU)."""
+    (the torch path; fedsim.core.kernel.evaluation computes the same for MCLR on the CPU)."""
     global_grad = p @ grads
     global_sq = float((global_grad ** 2).sum())
     return {"grad_dissimilarity": float(((grads - global_grad) ** 2).sum(1).mean()),

@@ -6,7 +6,7 @@ E[f(w^t)] <= f(w^{t-1}) - rho ||grad f(w^{t-1})||^2 whenever
     rho = (2 - 3 gamma) / (2 mu) - (2 L (1 + gamma)^2 + 3 L) / (2 mu^2)
           - (B^2 - 1) ((L (1 + gamma)^2 + L) / mu^2 + gamma / mu)  >  0,
 
-with L the gradients' Lipschitz constant, B^2 the dissimilarity at w^{t-1} (fedsim.metrics'
+with L the gradients' Lipschitz constant, B^2 the dissimilarity at w^{t-1} (fedsim.core.metrics'
 b_dissimilarity) and gamma how inexactly the local subproblems were solved. Measured here:
 
 - L: the largest eigenvalue of the Hessian of f at w^{t-1}, by power iteration with
@@ -18,9 +18,9 @@ b_dissimilarity) and gamma how inexactly the local subproblems were solved. Meas
   (a proxy for the paper's distance-based definition, which needs the exact minimiser).
 
 `measure_theory` takes these measurements for one round of a run (`theory: true`: the columns
-THEORY_COLUMNS of metrics.csv); the round loop (fedsim.train) only calls it. It lives here, not in
+THEORY_COLUMNS of metrics.csv); the round loop (fedsim.core.train) only calls it. It lives here, not in
 a module of its own, because this module is no lighter without it: the Hessian products above are
-torch already, and the measurement adds only the engine's per-device gradients (fedsim.engine).
+torch already, and the measurement adds only the engine's per-device gradients (fedsim.core.engine).
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def measure_theory(model, params, problem, local_models, train: Clients, solvers
     ||grad f||^2 and rho; and the Hessian's top eigenvector, where the next round's power iteration
     starts (run state, checkpointed: the start moves L within the iteration's tolerance, and a
     resumed run must end bit-identical)."""
-    # contiguous: x may be a view of padded rows (fedsim.train.InputBuffer), and MKL's float64 products
+    # contiguous: x may be a view of padded rows (fedsim.core.train.InputBuffer), and MKL's float64 products
     # round differently with the row stride (measured): the theorems' constants stay as they were
     lipschitz, vector = hessian_max(model, params, eval_train.x[:-1].contiguous(), start)
     at_end = torch.cat([device_grads(model, w, train, [k]) for w, k in zip(local_models, solvers)])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from .methods import ENTRIES
+from ..methods import ENTRIES
 
 
 @dataclass(frozen=True)

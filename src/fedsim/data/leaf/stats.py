@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 
 from ..atomic import write_csv
-from ..data import FederatedDataset
+from ..format import FederatedDataset
 
 PAPER_COLUMNS = ["paper_devices", "paper_samples", "paper_mean", "paper_stdev"]
 COLUMNS = ["dataset", "kind", "devices", "samples", "train_samples", "test_samples", "mean", "stdev", "min", "max",

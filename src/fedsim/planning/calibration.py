@@ -13,12 +13,12 @@ import time
 import numpy as np
 import torch
 
-from .kinds import KINDS
-from .planning.cost import DEFAULTS, GRAD_BATCH, GRAD_BATCHES
-from .engine import Clients, SGDSettings, local_sgd_batched
-from .models.char_lstm import CharLSTM
-from .models.sent140_lstm import Sent140LSTM
-from .methods import LocalProblem
+from ..kinds import KINDS
+from .cost import DEFAULTS, GRAD_BATCH, GRAD_BATCHES
+from ..core.engine import Clients, SGDSettings, local_sgd_batched
+from ..models.char_lstm import CharLSTM
+from ..models.sent140_lstm import Sent140LSTM
+from ..methods import LocalProblem
 
 
 def calibrate(kinds=tuple(DEFAULTS), steps: int = 4, repeats: int = 2, log=print, device: str = "cpu") -> dict:

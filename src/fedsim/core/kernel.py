@@ -33,7 +33,8 @@ import math
 import numba
 import numpy as np
 
-from . import average, shuffle, simd
+from .. import average, simd
+from . import shuffle
 
 
 # numba's cache keys compiled code on the source file of each function alone, not on fedsim.simd
@@ -41,8 +42,8 @@ from . import average, shuffle, simd
 # use. So this names the simd source it was compiled with (its sha256, first 16 hex digits;
 # tests/test_simd.py checks it): updating it with each simd edit changes this file, and numba
 # recompiles it.
-SIMD_SOURCE = "d3bc15fbe93febf4"
-SHUFFLE_SOURCE = "ef6f9242a55e441f"  # the same for fedsim.shuffle, whose batch orders _local_sgd draws
+SIMD_SOURCE = "75e04a10570b82bf"
+SHUFFLE_SOURCE = "c1b58ea20053ceaf"  # the same for fedsim.core.shuffle, whose batch orders _local_sgd draws
 
 _JIT = dict(cache=True, nogil=True, fastmath={"reassoc", "contract"}, error_model="numpy")
 
@@ -263,7 +264,7 @@ def _local_sgd(x, y, rows, first, steps, v0, correction, lr, mu, zero, anchor, o
     # class and TILE features the gradient in registers (_weighted_rows) and the update
     # (_step_vector). Summation orders are fixed (the same on a given machine, not torch's); NaN
     # and inf keep their meaning, so a diverging run shows as one.
-    # A device's batches: rows[first[k] + step], or, where `ids` are given, drawn here as fedsim.shuffle
+    # A device's batches: rows[first[k] + step], or, where `ids` are given, drawn here as fedsim.core.shuffle
     # draws them (device k: rows starts[k] .. starts[k] + sizes[k], key (seed, round_, ids[k], epoch)), each
     # epoch's order into a scratch that stays in L1 (no plan array written, then read back).
     batch, sentinel, width = rows.shape[1], x.shape[0] - 1, x.shape[1]
@@ -387,7 +388,7 @@ def _device_stats(x, y, starts, stops, v, w, lanes, classes, loss, correct, grad
 
 @numba.njit(**_JIT)
 def _evaluation(x, y, offsets, test_x, test_y, test_offsets, w, out):  # pragma: no cover (compiled)
-    # out <- fedsim.metrics' six numbers at weights w (features, classes): both splits' per-device stats
+    # out <- fedsim.core.metrics' six numbers at weights w (features, classes): both splits' per-device stats
     # (_device_stats), summed over devices and divided by the rows held; then the dissimilarities of
     # the devices' gradients. V, as _transposed makes it, built here: one numpy call fewer after the round.
     features, classes = w.shape
@@ -412,7 +413,7 @@ def _evaluation(x, y, offsets, test_x, test_y, test_offsets, w, out):  # pragma:
 
 @numba.njit(**_JIT)
 def _dissimilarities(offsets, sums):  # pragma: no cover (compiled)
-    # fedsim.metrics' two dissimilarities of the devices' mean gradients m_j = sums[j] / n_j, in float64,
+    # fedsim.core.metrics' two dissimilarities of the devices' mean gradients m_j = sums[j] / n_j, in float64,
     # with weights p_j = n_j / n: the plain mean of ||m_j - sum_k p_k m_k||^2, and sum_j p_j ||m_j||^2 /
     # ||sum_k p_k m_k||^2 (NaN where the latter's denominator is not > 0). Over whole padded rows: the
     # padding's sums are zeros (zero weights, zero feature columns), so they add nothing, and the loops
@@ -450,7 +451,7 @@ def _dissimilarities(offsets, sums):  # pragma: no cover (compiled)
 
 def evaluation(x: np.ndarray, y: np.ndarray, offsets: np.ndarray, test_x: np.ndarray, test_y: np.ndarray,
                test_offsets: np.ndarray, w: np.ndarray) -> list[float]:
-    """fedsim.metrics.COLUMNS at weights w (features + 1, classes), in that order, in one call: the
+    """fedsim.core.metrics.COLUMNS at weights w (features + 1, classes), in that order, in one call: the
     devices owning rows offsets[j]:offsets[j + 1] of x (as `padded` gives it, its last row the
     sentinel), and of test_x. (One call, not numpy over summed_grads: after a round of local SGD, with the
     caches full of its data, some forty small numpy calls took most of the metrics' time.)"""
@@ -535,7 +536,7 @@ def local_sgd_shuffled(x: np.ndarray, y: np.ndarray, starts: np.ndarray, sizes: 
                        steps: np.ndarray, batch_size: int, seed: int, round_: int, w0: np.ndarray,
                        correction: np.ndarray | None, lr: float, mu: float,
                        anchor: np.ndarray | None = None) -> np.ndarray:
-    """local_sgd over the batches fedsim.shuffle.stacked_plans would give (the same bits), drawn inside
+    """local_sgd over the batches fedsim.core.shuffle.stacked_plans would give (the same bits), drawn inside
     the call: device k owns rows starts[k]:starts[k] + sizes[k] of x and is device ids[k] of the
     dataset (its key), and takes steps[k] steps of batch_size rows (E epochs, or a fixed count)."""
     rows = np.zeros((0, batch_size), np.int64)

@@ -85,7 +85,7 @@ def _version(package: str) -> str | None:
 
 def environment(flushed: bool) -> dict:
     """The record of what made a run's bits, besides its config, data and seed."""
-    from .simd import LANES
+    from ..simd import LANES
 
     return {
         "python": platform.python_version(),

@@ -1,7 +1,7 @@
 """A run's checkpoint: where and how often it saves its state, and the settings a saved state
-belongs to (fedsim.settings.fingerprint), so that a killed run continues bit-identical.
+belongs to (fedsim.core.settings.fingerprint), so that a killed run continues bit-identical.
 
-The round loop (fedsim.train) decides what the state is; this module only writes, reads and
+The round loop (fedsim.core.train) decides what the state is; this module only writes, reads and
 checks it.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 
 from . import shuffle
-from .atomic import atomic_path
+from ..data.atomic import atomic_path
 from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, fingerprint
 
 
@@ -29,7 +29,7 @@ class Checkpoint:
     as SCAFFOLD's control variates; the authors' shuffle: each device's epoch count; with
     `theory`, the power iteration's start) are the whole state: a resumed run ends
     bit-identical to one never interrupted. The file is written atomically; one that cannot
-    be read, or belongs to other settings or another mini-batch stream (fedsim.shuffle), is
+    be read, or belongs to other settings or another mini-batch stream (fedsim.core.shuffle), is
     ignored with a warning.
     """
 
@@ -83,6 +83,6 @@ class Checkpoint:
 
 
 def _fingerprint(config: RunConfig) -> str:
-    """The settings a checkpoint must share with the run resuming it (fedsim.settings: not the
+    """The settings a checkpoint must share with the run resuming it (fedsim.core.settings: not the
     EXECUTION fields, which leave every bit as it is)."""
     return fingerprint(config)

@@ -1,7 +1,7 @@
 """The paper's LEAF datasets (FEMNIST, Sent140, Shakespeare): raw files -> our HDF5 format.
 
 Modules: niid (LEAF's sampling), shakespeare, femnist, sent140, leafjson (importer for LEAF's own JSON
-output), stats (datasets.csv). Raw files come from fedsim.download.
+output), stats (datasets.csv). Raw files come from fedsim.data.download.
 """
 
 from .femnist import build_femnist, read_json_pool, read_nist_pool

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..data import first_non_finite_row
+from ..format import first_non_finite_row
 from .common import natural_key, read_member, write_partition
 
 try:  # faster on LEAF's big float lists; plain json otherwise

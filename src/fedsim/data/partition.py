@@ -200,7 +200,7 @@ def write_dirichlet(pool_path, out_path, *, devices, alpha, name=None, scheme=DE
     unless `repeats` is "keep"."""
     if repeats not in REPEATS:
         raise ValueError(f"repeats: expected one of {', '.join(REPEATS)}, got {repeats!r}")
-    from .data import FederatedDataset, first_non_finite_row  # here: the config check reads DEFAULTS without h5py
+    from .format import FederatedDataset, first_non_finite_row  # here: the config check reads DEFAULTS without h5py
     from .leaf.common import write_partition
 
     with FederatedDataset(pool_path) as pool:

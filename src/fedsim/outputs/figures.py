@@ -27,12 +27,12 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullForm
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
-from .atomic import atomic_path  # noqa: E402
-from .methods import ENTRIES, FAMILIES, LABELS, setting_value, variant_of  # noqa: E402
-from .settings import TAIL_FRACTION  # noqa: E402
+from ..data.atomic import atomic_path  # noqa: E402
+from ..methods import ENTRIES, FAMILIES, LABELS, setting_value, variant_of  # noqa: E402
+from ..core.settings import TAIL_FRACTION  # noqa: E402
 from .styles import COLORS, LEGEND, LINESTYLES  # noqa: E402
 from .summary import tail_mean, tuning_scores  # noqa: E402
-from .records import read_run  # noqa: E402
+from ..core.records import read_run  # noqa: E402
 
 METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
 X_AXES = {"rounds": ("round", "# rounds"),
@@ -41,7 +41,7 @@ X_AXES = {"rounds": ("round", "# rounds"),
           "gradient_evaluations": ("gradient_evaluations", "per-sample gradients computed (all devices)")}
 BASELINES = ("fedavg", "fedprox")  # the curves that set a loss panel's range
 # Each method's and variant's colour, dash pattern (LINESTYLES) and place in legends (LEGEND) are
-# fedsim.styles': curves that coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay
+# fedsim.outputs.styles': curves that coincide (FedProx at mu = 1 over FedAvg on Figure 3's sets) stay
 # visible as two patterns.
 REFERENCE_COLOR = "0.55"  # the field's best beside a family's curves (the successors' figure)
 MIN_WIDTH = 5.5  # inches: a one-panel figure still holds its title and legend
@@ -56,8 +56,9 @@ def _provenance(record: dict) -> dict:
 
 
 def _generated(prov: dict) -> bool:
-    """A synthetic dataset generated here (fedsim.synthetic), not imported."""
-    return prov.get("generator") == "fedsim.synthetic"
+    """A synthetic dataset generated here, not imported: its provenance names alpha, beta and iid (a
+    partition's names alpha alone)."""
+    return {"alpha", "beta", "iid"} <= prov.keys()
 
 
 def dataset_title(record: dict) -> str:

@@ -4,13 +4,13 @@ Each field's metadata gives its help text, its allowed values (`choices`) or ran
 and its role:
 
 - RESULT: shapes what the run computes, its metrics.csv beyond float rounding. A column of
-  runs.csv, a key of the tuning groups (fedsim.summary), part of the checkpoint fingerprint.
+  runs.csv, a key of the tuning groups (fedsim.outputs.summary), part of the checkpoint fingerprint.
 - NUMERICS: the same computation, rounded otherwise (engine, device, dtype): part of the
   checkpoint fingerprint only, since a resumed run must end bit-identical to one never stopped.
 - EXECUTION: how the data is read and copied (threads, load): the same bits at any value.
 
 The `train` command's options (fedsim.cli), RunConfig.validate, the runs table's setting columns
-(fedsim.summary) and the checkpoint fingerprint (fedsim.checkpoint) are derived from these fields, so a
+(fedsim.outputs.summary) and the checkpoint fingerprint (fedsim.core.checkpoint) are derived from these fields, so a
 new setting is one field here, and a new RESULT field can never merge tuning groups unseen.
 
 No torch here: the CLI builds its parser from this module, and the workflow may import it.
@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .methods import ENTRIES, REGISTRY, get_method, resolve, unknown_method, variant_of
-from .specs import model_specs
+from ..methods import ENTRIES, REGISTRY, get_method, resolve, unknown_method, variant_of
+from ..specs import model_specs
 
 RESULT, NUMERICS, EXECUTION = "result", "numerics", "execution"
 
@@ -65,7 +65,7 @@ def _options_help() -> str:
 
 
 MODEL_NAMES = tuple(model_specs())  # the models of fedsim.models, read from their declarations
-# The engines of fedsim.engine.ENGINES and the dtypes of fedsim.train.DTYPES, named here without
+# The engines of fedsim.core.engine.ENGINES and the dtypes of fedsim.core.train.DTYPES, named here without
 # importing torch (tests/test_train.py checks they agree).
 ENGINE_NAMES = ("auto", "kernel", "batched", "loop")
 DTYPE_NAMES = ("float32", "float64")
@@ -98,7 +98,7 @@ class RunConfig:
     options: dict = setting(factory=dict, help=_options_help())
     rng: str = setting("fedsim", choices=("fedsim", "authors"),
                        help="whose selection and mini-batch draws: fedsim's (seed, round, device) or the "
-                            "authors' code's (fedsim.authors)")
+                            "authors' code's (fedsim.core.authors)")
     init: str | None = setting(None, help="initial model, an .npz with kernel and bias ({seed}: the run's "
                                           "seed); default: fedsim's seeded draw")
     theory: bool = setting(False, help="log the convergence theorems' constants every round: the Hessian's top "
@@ -127,7 +127,7 @@ class RunConfig:
     keep_subnormals: bool = setting(False, role=NUMERICS,
                                     help="keep IEEE subnormal floats (default: flushed to zero in every thread "
                                          "that computes, as TensorFlow's CPU threads do: near-diverging runs fill "
-                                         "with them, and Intel cores compute them ~100x slower; fedsim.machine)")
+                                         "with them, and Intel cores compute them ~100x slower; fedsim.core.machine)")
     threads: int = setting(1, role=EXECUTION, check=COUNT,
                            help="torch threads for the data copies at load time (the numerics run on one; a streamed "
                                 "run reads the next round's rows on one more)")
@@ -169,7 +169,7 @@ class RunConfig:
 
     def _validate_files(self) -> None:
         """What this machine must hold: the dataset and init files. (Whether it has the GPU that
-        device=cuda asks for is torch's to say: fedsim.train.check_machine, since this module
+        device=cuda asks for is torch's to say: fedsim.core.train.check_machine, since this module
         imports no torch, not even here.)"""
         if not Path(self.data).is_file():
             raise ValueError(f"dataset file not found: {self.data}")
@@ -179,7 +179,7 @@ class RunConfig:
 
 def init_file(path: str, seed: int) -> Path:
     """An init path, where `{seed}` stands for the run's seed (one file per seed, as the authors'
-    --seed gave one initial model per seed: fedsim.authors reads it)."""
+    --seed gave one initial model per seed: fedsim.core.authors reads it)."""
     return Path(str(path).replace("{seed}", str(seed)))
 
 
@@ -231,7 +231,7 @@ def check_clients_per_round(k: int, num_devices: int, selection: str = "uniform"
         raise ValueError(f"bad run setting clients_per_round={k}: {problem}")
 
 
-# The tuning criterion's default share of the last rounds (fedsim.summary's tail loss). Not a run
+# The tuning criterion's default share of the last rounds (fedsim.outputs.summary's tail loss). Not a run
 # setting: here because the summary, the CLI and the config's schema all read it, and this module
 # sits below them (tests/test_layers.py).
 TAIL_FRACTION = 0.1

@@ -31,7 +31,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from . import __version__
+from .. import __version__
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: no checksums
@@ -446,9 +446,9 @@ _kernels = None  # (checksum, checksum and unpack), compiled at the first raw re
 _fletcher32_ok_compiled = None
 simd = None  # fedsim.simd, imported with numba at the first raw read (_compiled)
 # numba's cache keys compiled code on each function's own source file, not on fedsim.simd, whose
-# operations the checksum below inlines: as in fedsim.kernel, this names the simd source it was
+# operations the checksum below inlines: as in fedsim.core.kernel, this names the simd source it was
 # compiled with (tests/test_simd.py checks it), so that a simd edit changes this file too.
-SIMD_SOURCE = "d3bc15fbe93febf4"
+SIMD_SOURCE = "75e04a10570b82bf"
 _LITTLE_ENDIAN = sys.byteorder == "little"
 
 
@@ -564,13 +564,13 @@ def _copy(to, of):
 
 def _compiled():
     """The loops above, compiled with numba at the first call and cached beside this file (as
-    fedsim.kernel's); numba is imported here, so that opening a file and writing one need no
+    fedsim.core.kernel's); numba is imported here, so that opening a file and writing one need no
     compiler."""
     global _kernels, _fletcher32_ok_compiled, _copy, simd
     if _kernels is None:
         import numba
 
-        from . import simd
+        from .. import simd
         jit = numba.njit(cache=True, nogil=True)
         _fletcher32_ok_compiled = jit(_fletcher32_ok)  # the global the two below call
         _copy = jit(_copy)  # the global _check_and_unpack calls
