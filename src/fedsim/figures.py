@@ -56,8 +56,9 @@ def _provenance(record: dict) -> dict:
 
 
 def _generated(prov: dict) -> bool:
-    """A synthetic dataset generated here (fedsim.synthetic), not imported."""
-    return prov.get("generator") == "fedsim.synthetic"
+    """A synthetic dataset generated here, not imported: its provenance names alpha, beta and iid (a
+    partition's names alpha alone)."""
+    return {"alpha", "beta", "iid"} <= prov.keys()
 
 
 def dataset_title(record: dict) -> str:
