@@ -226,3 +226,23 @@ def test_torch_imports_are_found_where_they_run(tmp_path, code, top_level, found
     (tmp_path / "pkg").mkdir()
     (tmp_path / "pkg" / "m.py").write_text(code)
     assert imports("pkg.m", tmp_path / "pkg" / "m.py", {"pkg", "pkg.m"}, top_level)[1] == found
+
+
+# Rooms a person reads top to bottom: no function of src/ longer than this, and the two rooms everyone
+# opens first shorter still (the round loop, the command line's parser)
+MAX_FUNCTION_LINES = 80
+SHORTER = {("fedsim.core.train", "_train"): 60, ("fedsim.cli", "build_parser"): 80}
+
+
+def test_no_function_is_longer_than_a_room():
+    long, lengths = [], {}
+    for name, path in modules(SRC).items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                lengths[(name, node.name)] = lines
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(SRC.parent)}:{node.lineno} {node.name}: {lines} lines")
+    assert not long, "functions longer than a room:\n" + "\n".join(long)
+    for where, bound in SHORTER.items():
+        assert lengths[where] <= bound, (where, lengths[where])
