@@ -71,7 +71,7 @@ def as_list(value) -> list:
 
 def fmt(x) -> str:
     """Canonical text of a number for paths: 0 -> '0', 1.0 -> '1', 1e-3 -> '0.001'. Strings
-    (wildcard patterns such as '{mu}', or already formatted values) pass through."""
+    (already formatted values, "tuned") pass through."""
     if isinstance(x, str):
         return x
     text = format(Decimal(repr(float(x))), "f")

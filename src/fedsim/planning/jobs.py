@@ -2,9 +2,10 @@
 the package code each one runs with its fingerprint (so that an edit reruns exactly the jobs whose
 code changed).
 
-Pure functions of the config (as fedsim.planning.configcheck leaves it) and of a job's wildcards; no torch,
-no Snakemake. workflow/rules/common.smk binds them to its config; a rule's params are these
-strings, so changing a setting reruns exactly the jobs whose command it changes.
+Pure functions of the config (as fedsim.planning.configcheck leaves it) and of a job's wildcards (a training
+job's: its run record, experiments.RunSpec); no torch, no Snakemake. workflow/rules/common.smk binds them to
+its config; a rule's params are these strings, so changing a setting reruns exactly the jobs whose command it
+changes.
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ def train_args(cfg, run: RunSpec) -> str:
 
 
 def run_args(cfg, method, seed) -> str:
-    """How a run is computed beyond its wildcards: the method as fedsim knows it, whose random
+    """How a run is computed beyond its record's other fields: the method as fedsim knows it, whose random
     draws, the initial model, IEEE subnormals where kept."""
     args = [f"--method {method} --rng {cfg['simulator']['rng']}"]
     args += ["--keep-subnormals"] if cfg["simulator"].get("keep_subnormals") else []
