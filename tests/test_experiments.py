@@ -32,19 +32,19 @@ def config_with(*names):
     return cfg
 
 
-def stem(run):
-    return f"{run.dataset}/{run.method}/mu{run.mu}_K{run.K}_E{run.E}{run.T}{run.theory}_seed{run.seed}"
+def stem(cfg, run):
+    return experiments.run_path(cfg, run)
 
 
 def test_the_default_config_plans_the_default_runs():
     """With the mu a default run's tuning chose, the plan is that run's folders
     (tests/reference: written by the workflow before the runs table existed)."""
     cfg = default_config()
-    tuned = pd.read_csv(REPO / "tests" / "reference" / "default_tuned_mu.csv").to_dict("records")
-    runs = experiments.runs_of(experiments.plan(cfg, tuned))
-    assert {stem(run) for run in runs} == set((REPO / "tests/reference/default_runs.txt").read_text().split())
+    tuned = pd.read_csv(REPO / "tests" / "reference" / "default_chosen_settings.csv").to_dict("records")
+    runs = experiments.runs_of(cfg, experiments.plan(cfg, tuned))
+    assert {stem(cfg, run) for run in runs} == set((REPO / "tests/reference/default_runs.txt").read_text().split())
     before = experiments.plan(cfg)
-    assert set(before[before["mu"] == "tuned"]["experiment"]) == {"figure2", "figure3"}
+    assert set(before[before["value"] == "tuned"]["experiment"]) == {"figure2", "figure3"}
 
 
 def test_tuning_runs_are_the_grid_runs_of_the_tuned_methods():
@@ -52,7 +52,7 @@ def test_tuning_runs_are_the_grid_runs_of_the_tuned_methods():
     runs = experiments.tuning_runs(cfg, experiments.plan(cfg))
     assert {run.method for run in runs} == {"feddane", "feddane_authors", "feddane_decayed",
                                             "feddane_pipelined", "feddane_exact_gradient"}
-    assert {run.mu for run in runs} == {"0", "0.001", "0.01", "0.1", "1"} and not any(r.theory for r in runs)
+    assert {run.value for run in runs} == {"0", "0.001", "0.01", "0.1", "1"} and not any(r.theory for r in runs)
 
 
 @pytest.mark.parametrize("edit, path, problem", [
@@ -100,7 +100,7 @@ def test_only_some_experiments_and_datasets_run_and_mu_from_follows():
     table = experiments.plan(cfg)
     assert set(table["dataset"]) == {"synthetic_1_1"}
     assert set(table[table["experiment"] == "figure1"]["method"]) == {"feddane", "feddane_authors"}
-    assert set(table[(table["experiment"] == "figure3") & (table["mu"] == "tuned")]["method"]) == {"feddane",
+    assert set(table[(table["experiment"] == "figure3") & (table["value"] == "tuned")]["method"]) == {"feddane",
                                                                                                    "feddane_authors"}
 
 
@@ -168,7 +168,7 @@ def test_a_run_folder_names_its_model_where_it_is_not_the_kinds_default():
                 entry["model"] = model
         checked = copy.deepcopy(cfg)
         check_config(checked, SCHEMA, REPO)
-        plans[model] = {stem(run) for run in experiments.runs_of(experiments.plan(checked))
+        plans[model] = {stem(checked, run) for run in experiments.runs_of(checked, experiments.plan(checked))
                         if checked["datasets"][run.dataset].get("model")}
     assert plans["lenet5"] and not plans["lenet5"] & plans["cnn"]
     for model, stems in plans.items():  # the model, then the client lr where the tuning's differs from 0.03
@@ -189,7 +189,7 @@ def test_an_experiments_own_grid_replaces_the_method_files_for_that_experiment_o
     cfg["experiments"]["successors"]["grids"] = {"scaffnew": [0.05, 0.1, 0.2]}
     check_config(cfg, SCHEMA, REPO)
     runs = experiments.tuning_runs(cfg, experiments.plan(cfg))
-    values = {method: {run.mu for run in runs if run.method == method} for method in ("scaffnew", "feddyn")}
+    values = {method: {run.value for run in runs if run.method == method} for method in ("scaffnew", "feddyn")}
     assert values == {"scaffnew": {"0.05", "0.1", "0.2"}, "feddyn": {"0.001", "0.01", "0.1", "1"}}
 
 
@@ -209,16 +209,15 @@ def test_an_lr_grid_tunes_every_methods_lr_jointly_with_its_setting():
     cfg = lr_tuned_config(lr_grids={"fedprox": [0.01, 0.1]})
     plan = experiments.plan(cfg)
     mine = plan[(plan["experiment"] == "figure1") & (plan["dataset"] == "synthetic_1_1") & (plan["seed"] == "0")]
-    pairs = {m: set(zip(mine[mine["method"] == m]["mu"], mine[mine["method"] == m]["T"])) for m in ("fedavg", "fedprox")}
-    assert pairs == {"fedavg": {("0", "_lr0.003"), ("0", ""), ("0", "_lr0.03")},
-                     "fedprox": {("1", ""), ("1", "_lr0.1")}}  # FedProx's own lr grid; its mu the dataset's
+    pairs = {m: set(zip(mine[mine["method"] == m]["value"], mine[mine["method"] == m]["lr"])) for m in ("fedavg", "fedprox")}
+    assert pairs == {"fedavg": {("0", "0.003"), ("0", "0.01"), ("0", "0.03")},
+                     "fedprox": {("1", "0.01"), ("1", "0.1")}}  # FedProx's own lr grid; its mu the dataset's
     assert len(mine[mine["method"] == "feddane"]) == 5 * 3
     assert experiments.tuned_methods(cfg)[:3] == ["fedavg", "fedprox", "feddane"]
     tuning = experiments.tuning_runs(cfg, plan)
-    assert {r.T for r in tuning if r.method == "fedavg"} == {"_lr0.003", "", "_lr0.03"}
-    assert "synthetic_1_1/fedavg/mu0_K10_E20_lr0.03_seed0" in {stem(r) for r in tuning}
-    assert experiments.tag_lr(cfg, "synthetic_1_1", "_lr0.03") == 0.03
-    assert experiments.tag_lr(cfg, "synthetic_1_1", "") == 0.01
+    assert {r.lr for r in tuning if r.method == "fedavg"} == {"0.003", "0.01", "0.03"}
+    paths = {stem(cfg, r) for r in tuning}
+    assert {"synthetic_1_1/fedavg/mu0_K10_E20_lr0.03_seed0", "synthetic_1_1/fedavg/mu0_K10_E20_seed0"} <= paths
 
 
 def test_an_experiment_taking_its_values_from_an_lr_tuning_runs_the_chosen_pair():
@@ -226,7 +225,7 @@ def test_an_experiment_taking_its_values_from_an_lr_tuning_runs_the_chosen_pair(
     it chose there: FedAvg too, whose lr is now chosen."""
     cfg = lr_tuned_config()
     before = experiments.plan(cfg)
-    waiting = before[(before["experiment"] == "figure3") & (before["mu"] == "tuned")]
+    waiting = before[(before["experiment"] == "figure3") & (before["value"] == "tuned")]
     assert set(waiting["method"]) == {"fedavg", "fedprox", "feddane", "feddane_authors"}
     assert experiments.after_tuning(cfg)
     tuned = [{"method": m, "dataset": d, "clients_per_round": 10, "epochs": 20, "rounds": 200, "chosen": mu, "lr": lr}
@@ -235,11 +234,11 @@ def test_an_experiment_taking_its_values_from_an_lr_tuning_runs_the_chosen_pair(
                                ("feddane_authors", 1, 0.01))]
     after = experiments.plan(cfg, tuned)
     figure3 = after[(after["experiment"] == "figure3") & (after["dataset"] == "synthetic_1_1")]
-    assert dict(zip(figure3["method"], zip(figure3["mu"], figure3["T"]))) == {
-        "fedavg": ("0", "_lr0.03"), "fedprox": ("1", ""), "feddane": ("0.1", "_lr0.003"), "feddane_authors": ("1", "")}
+    assert dict(zip(figure3["method"], zip(figure3["value"], figure3["lr"]))) == {
+        "fedavg": ("0", "0.03"), "fedprox": ("1", "0.01"), "feddane": ("0.1", "0.003"), "feddane_authors": ("1", "0.01")}
     shown = experiments.experiment_runs(cfg, "figure1", tuned, chosen_only=True)
-    assert {(r.method, r.mu, r.T) for r in shown if r.dataset == "synthetic_1_1" and r.seed == "0"} == {
-        ("fedavg", "0", "_lr0.03"), ("fedprox", "1", ""), ("feddane", "0.1", "_lr0.003"), ("feddane_authors", "1", "")}
+    assert {(r.method, r.value, r.lr) for r in shown if r.dataset == "synthetic_1_1" and r.seed == "0"} == {
+        ("fedavg", "0", "0.03"), ("fedprox", "1", "0.01"), ("feddane", "0.1", "0.003"), ("feddane_authors", "1", "0.01")}
 
 
 @pytest.mark.parametrize("edit, path, problem", [
@@ -269,10 +268,41 @@ def test_the_cnn_comparison_tunes_every_methods_lr_then_reruns_the_choice_on_thr
     cfg["experiments"] = experiments.selected_experiments(cfg)
     plan = experiments.plan(cfg)
     tuning = plan[plan["experiment"] == "successors_cnn_tuning"]
-    lrs = tuning.assign(lr=[experiments.tag_lr(cfg, d, t) for d, t in zip(tuning["dataset"], tuning["T"])])
-    per_method = lrs.groupby(["dataset", "method"])["lr"].nunique()
+    per_method = tuning.groupby(["dataset", "method"])["lr"].nunique()
     assert len(per_method) == 2 * 14 and per_method.min() >= 3
     assert set(tuning["seed"]) == {"0"}
     chosen = plan[plan["experiment"] == "successors_cnn"]
-    assert set(chosen["mu"]) == {"tuned"} and set(chosen["seed"]) == {"0", "1", "2"}
+    assert set(chosen["value"]) == {"tuned"} and set(chosen["seed"]) == {"0", "1", "2"}
     assert len(chosen) == 2 * 14 * 3
+
+
+def test_a_run_record_round_trips_to_its_folder():
+    """Each run of a plan is one record (experiments.RunSpec) with every field its train job reads; its folder
+    (run_path, the only writer) finds it again among the plan's runs, and names it alone: two records, two
+    folders. The folder is the one the paths had before the record (tests/reference/default_runs.txt)."""
+    cfg = default_config()
+    tuned = pd.read_csv(REPO / "tests" / "reference" / "default_chosen_settings.csv").to_dict("records")
+    runs = experiments.runs_of(cfg, experiments.plan(cfg, tuned))
+    by_path = experiments.runs_by_path(cfg, experiments.plan(cfg, tuned))
+    assert len(by_path) == len(runs) == len(set(runs))
+    assert all(by_path[experiments.run_path(cfg, run)] == run for run in runs)
+    run = by_path["synthetic_1_1/feddane/mu1_K10_E20_seed0"]
+    assert run == experiments.RunSpec(dataset="synthetic_1_1", method="feddane", setting="mu", value="1", lr="0.01",
+                                      K="10", E="20", rounds=200, model=None, theory=False, seed="0")
+    theory = next(r for r in runs if r.theory)
+    assert experiments.run_path(cfg, theory).endswith("_theory_seed0")
+    other = experiments.RunSpec(**{**vars(run), "rounds": 20, "lr": "0.03", "model": "mymodel"})
+    assert experiments.run_path(cfg, other) == "synthetic_1_1/feddane/mu1_K10_E20_T20_mymodel_lr0.03_seed0"
+
+
+def test_a_run_is_listed_in_the_order_of_its_fields():
+    """runs_of lists runs as the namedtuple of folder names before the record did (the tables' inputs keep their
+    order): by dataset, method, value, K, E, then rounds, model and lr as the folder spells them, theory, seed."""
+    cfg = lr_tuned_config()
+    runs = experiments.runs_of(cfg, experiments.plan(cfg))
+    folders = [experiments.run_parts(cfg, run) for run in runs]
+    assert folders == sorted(folders, key=lambda parts: parts[:2] + parts[3:])
+    mine = [experiments.run_path(cfg, r) for r in runs if r.dataset == "synthetic_1_1" and r.method == "fedavg"
+            and r.seed == "0" and r.K == "10"]
+    assert mine == ["synthetic_1_1/fedavg/mu0_K10_E20_seed0", "synthetic_1_1/fedavg/mu0_K10_E20_lr0.003_seed0",
+                    "synthetic_1_1/fedavg/mu0_K10_E20_lr0.03_seed0"]

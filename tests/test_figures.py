@@ -31,7 +31,7 @@ def drawn(monkeypatch):
 
 
 def tuned_table(rows, method="feddane", correction="exact"):
-    name = "feddane_authors" if correction == "authors" else method  # tuned_mu.csv names the variant
+    name = "feddane_authors" if correction == "authors" else method  # chosen_settings.csv names the variant
     return pd.DataFrame([{"dataset": d, "method": name, "clients_per_round": k,
                           "epochs": e, "rounds": r, "chosen": mu} for d, k, e, r, mu in rows])
 

@@ -131,6 +131,25 @@ def test_a_runs_metric_settings_and_model_reach_its_command_line():
     assert jobs.eval_args(cfg, "c") == "--load memory --eval-devices 25 --eval-every 5"
     assert jobs.eval_args(cfg, "n") == "--load auto --no-dissimilarity"
     assert jobs.eval_args(cfg, "y") == "--load auto --dissimilarity"  # else the model's default (off for a CNN)
-    # the model: the one the run's folder names (its run tag), else the dataset kind's default
-    assert [jobs.model_args(tag) for tag in ("", "_T20", "_lenet5", "_T20_cnn")] == \
-        ["", "", "--model lenet5", "--model cnn"]
+
+
+def test_a_run_record_is_its_train_commands_options():
+    """`fedsim train`'s options come from the run's record (experiments.RunSpec) in one place, jobs.train_args:
+    its fields, and its dataset entry's and the simulator's settings; --model where the record names one (None:
+    the dataset kind's default), --theory where it logs the theorems' constants, a tuned option by name."""
+    import yaml
+
+    from fedsim.planning.configcheck import check_config, load_schema
+    from fedsim.planning.experiments import RunSpec
+
+    repo = Path(__file__).resolve().parents[1]
+    cfg = yaml.safe_load((repo / "config" / "config.yaml").read_text())
+    check_config(cfg, load_schema(repo / "workflow" / "schemas" / "config.schema.yaml"), repo)
+    run = RunSpec(dataset="synthetic_1_1", method="feddane", setting="mu", value="0.1", lr="0.03", K="10", E="20",
+                  rounds=20, model=None, theory=False, seed="1")
+    assert jobs.train_args(cfg, run) == (
+        "--method feddane --rng fedsim --mu 0.1 --clients-per-round 10 --epochs 20 --batch-size 10 --lr 0.03"
+        " --rounds 20 --seed 1 --selection uniform --second-subset independent --device cpu --load auto")
+    other = RunSpec(**{**vars(run), "method": "feddyn", "setting": "alpha", "model": "mymodel", "theory": True})
+    assert jobs.train_args(cfg, other).endswith("--load auto --model mymodel --theory")
+    assert "--option alpha=0.1" in jobs.train_args(cfg, other)

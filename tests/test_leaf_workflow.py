@@ -272,12 +272,14 @@ def test_paper_lstm_jobs_ask_for_their_cost_estimate_or_max_runtime(tmp_path):
 
     cfg = merge(*(yaml.safe_load((work / "config" / name).read_text()) for name in ("config.yaml", "paper.yaml")))
     check_config(cfg, load_schema(work / "workflow/schemas/config.schema.yaml"), work)
-    jobs = re.findall(r"rule train:\n(?:    .*\n)*?    wildcards: (.*)\n    resources: (.*)\n", out)
+    cfg["experiments"] = experiments.selected_experiments(cfg)
+    runs = experiments.runs_by_path(cfg, experiments.plan(cfg))  # the train rule's one wildcard: the run's folder
+    jobs = re.findall(r"rule train:\n(?:    .*\n)*?    wildcards: run=(.*)\n    resources: (.*)\n", out)
     asked = {}
-    for wildcards, resources in jobs:
-        w = dict(item.split("=", 1) for item in wildcards.split(", "))
-        if cfg["datasets"][w["dataset"]]["kind"] in TOKEN_KINDS:
-            asked[w["dataset"], w["method"], int(w["K"]), int(w["E"])] = int(re.search(r"runtime=(\d+)", resources)[1])
+    for path, resources in jobs:
+        run = runs[path]
+        if cfg["datasets"][run.dataset]["kind"] in TOKEN_KINDS:
+            asked[run.dataset, run.method, int(run.K), int(run.E)] = int(re.search(r"runtime=(\d+)", resources)[1])
     assert {dataset for dataset, *_ in asked} == {"sent140", "shakespeare"}
     for (dataset, method, k, e), minutes in asked.items():
         seconds = cost.train_seconds(cfg, dataset, method=method, k=k, epochs=e,

@@ -106,7 +106,7 @@ def test_it_is_tuned_and_drawn_by_the_workflow_and_its_edit_reruns_its_runs_only
     assert {p.name for p in (runs / NAME).iterdir()} >= {"scale0.5_K2_E1_seed0", "scale1_K2_E1_seed0"}
     for run_dir in (runs / NAME).iterdir():
         assert (run_dir / "metrics.csv").read_text().count("\n") == 4  # the header, rounds 0, 1 and 2
-    with open(results / "summary" / "tuned_mu.csv", newline="") as handle:
+    with open(results / "summary" / "chosen_settings.csv", newline="") as handle:
         tuned = [row for row in csv.DictReader(handle) if row["method"] == NAME]
     assert len(tuned) == 1 and float(tuned[0]["chosen"]) in (0.5, 1.0), tuned
     assert (results / "figures" / "mine.png").stat().st_size > 0  # Figure 1's kind of figure, named as its experiment

@@ -94,7 +94,7 @@ def test_a_custom_experiments_report_describes_its_run(tmp_path):
     figure = caption["results/only-mine/figures/mine.png"]
     assert "results/only-mine/summary/findings_mine.csv" in figure and "results/summary/" not in figure, figure
     assert "FedAvg: mu = 0; FedDyn: alpha tuned over [0.01]" in figure, figure
-    for path in ("results/only-mine/figures/tuning.png", "results/only-mine/summary/tuned_mu.csv"):
+    for path in ("results/only-mine/figures/tuning.png", "results/only-mine/summary/chosen_settings.csv"):
         assert "alpha over [0.01]: FedDyn (mine)" in caption[path], caption[path]
         assert "[0, 0.001, 0.01, 0.1, 1]" not in caption[path], caption[path]
     for path, text in caption.items():

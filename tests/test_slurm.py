@@ -262,7 +262,7 @@ def test_profile_runs_every_job_under_slurm_with_local_results(cluster_runs):
     for info in trained:
         rel = info.parent.relative_to(cluster)
         assert (cluster / rel / "metrics.csv").read_bytes() == (local / rel / "metrics.csv").read_bytes(), rel
-    assert (cluster / "results/summary/tuned_mu.csv").read_bytes() == (local / "results/summary/tuned_mu.csv").read_bytes()
+    assert (cluster / "results/summary/chosen_settings.csv").read_bytes() == (local / "results/summary/chosen_settings.csv").read_bytes()
 
 
 @pytest.fixture

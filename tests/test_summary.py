@@ -65,7 +65,7 @@ def test_the_client_lr_is_tuned_jointly_with_the_methods_setting(tmp_path):
     assert table.loc["feddane", "candidates"] == "0.1;0.1;1;1" and table.loc["feddane", "lr_candidates"] == "0.01;0.1;0.01;0.1"
     assert table.loc["feddane", "scores"] == "1.5;0.9;1;2"
     assert table.loc["fedavg", ["chosen", "lr"]].tolist() == [0, 0.03]
-    tuned = tmp_path / "tuned_mu.csv"
+    tuned = tmp_path / "chosen_settings.csv"
     table.reset_index().to_csv(tuned, index=False)
     out = tmp_path / "findings.csv"
     assert cli.main(["findings", "--fraction", "0.5", "--tuned", str(tuned), "--out", str(out), dane[0.1, 0.1],
@@ -205,12 +205,12 @@ def test_findings_across_k_rank_every_k_of_a_dataset_in_one_panel(tmp_path):
 
 def test_findings_carry_the_figures_label_and_say_where_a_tuned_value_sits_in_its_grid(tmp_path):
     """FedAdam, not fedopt; a value chosen at the top of its grid may hide a better one beyond it. The
-    grid is its setting's in tuned_mu.csv, or (a value taken from another experiment's tuning, at another
+    grid is its setting's in chosen_settings.csv, or (a value taken from another experiment's tuning, at another
     K) the one that chose it."""
     dane = {mu: fake_run(tmp_path, mu=mu, losses=[3, 2, loss]) for mu, loss in ((0, 2.0), (0.1, 1.5), (1, 1.0))}
     adam = {lr: fake_run(tmp_path, method="fedopt", losses=[3, 2, loss], options={"server_lr": lr})
             for lr, loss in ((0.01, 1.2), (0.1, 0.9), (1, 1.1))}
-    tuned = tmp_path / "tuned_mu.csv"
+    tuned = tmp_path / "chosen_settings.csv"
     assert cli.main(["tune", "--methods", "feddane", "fedopt", "--fraction", "0.5", "--out", str(tuned),
                      *dane.values(), *adam.values()]) == 0
     figure = [dane[1], adam[0.1], fake_run(tmp_path, method="fedavg", losses=[3, 2, 1.3]),

@@ -52,7 +52,7 @@ def test_a_table_ranks_each_method_with_its_seeds_range_and_what_it_cost(tmp_pat
 
 def test_an_edge_of_a_tuning_grid_is_named(tmp_path):
     dane = {mu: fake_run(tmp_path, mu=mu, losses=[3, 2, loss]) for mu, loss in ((0.1, 1.5), (1, 1.0))}
-    tuned = tmp_path / "tuned_mu.csv"
+    tuned = tmp_path / "chosen_settings.csv"
     assert cli.main(["tune", "--methods", "feddane", "--fraction", "0.5", "--out", str(tuned), *dane.values()]) == 0
     assert rows_of(rendered(tmp_path, [dane[1]], tuned))["FedDANE"][2:6] == ["mu 1", "1.000", "0.800", "mu highest"]
 
@@ -61,7 +61,7 @@ def test_a_grid_of_one_value_is_named_as_the_findings_name_it(tmp_path):
     """A tuning grid of one value: findings' grid_edge says `only`, and so does the table's edge cell
     (it said `-`, as for a value inside its grid)."""
     dane = fake_run(tmp_path, mu=0.01, losses=[3, 2, 1.0])
-    tuned = tmp_path / "tuned_mu.csv"
+    tuned = tmp_path / "chosen_settings.csv"
     assert cli.main(["tune", "--methods", "feddane", "--fraction", "0.5", "--out", str(tuned), dane]) == 0
     row = rows_of(rendered(tmp_path, [dane], tuned))["FedDANE"]
     assert read_findings(tmp_path / "findings.csv")["grid_edge"].tolist() == ["only"]

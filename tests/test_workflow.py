@@ -92,7 +92,7 @@ def test_default_dag_dry_run(default_dry_run):
         "results/runs/synthetic_0.5_0.5/fedavg/mu0_K1_E20_seed1/run.json",
         "results/runs/synthetic_1_1/fedprox/mu1_K30_E1_seed0/run.json",
         "results/summary/runs.csv",
-        "results/summary/tuned_mu.csv",
+        "results/summary/chosen_settings.csv",
         "results/summary/findings_figure2.csv",
         "results/figures/tuning.png",
         "results/runs/synthetic_1_1/feddane/mu100_K10_E20_theory_seed0/run.json",
@@ -120,21 +120,30 @@ def test_default_dag_dry_run(default_dry_run):
     assert "_theory_seed1" not in out
 
 
+def test_the_train_rule_has_one_wildcard_the_runs_folder(default_dry_run):
+    """Each training job is found by its run's folder alone (the runs table's record of it gives the rest)."""
+    _, out = default_dry_run
+    jobs = re.findall(r"^rule train:\n(?:    .*\n)*?    wildcards: (.*)$", out, flags=re.M)
+    assert len(jobs) == STATIC_TRAIN and all(re.fullmatch(r"run=[^,= ]+", w) for w in jobs), jobs[:3]
+
+
 def test_planned_runs_are_the_default_runs_at_their_paths(default_dry_run):
     """planned_runs.csv, written by its rule alone (before any training): the default config's runs
     at the paths the code before the runs table gave them (tests/reference/default_runs.txt: the run
     folders of a default run), the runs known only after tuning at the mu their tuning chose there
-    (default_tuned_mu.csv)."""
+    (default_chosen_settings.csv), every run at its dataset's rounds, lr and model."""
     workdir, _ = default_dry_run
     code, out = snakemake(workdir, "results/summary/planned_runs.csv", "--cores", "1")
     assert code == 0 and "1 of 1 steps" in out, out
     plan = pd.read_csv(workdir / "results/summary/planned_runs.csv", dtype=str, keep_default_na=False)
-    tuned = pd.read_csv(REPO / "tests/reference/default_tuned_mu.csv")
+    tuned = pd.read_csv(REPO / "tests/reference/default_chosen_settings.csv")
     chosen = {(row.method, row.dataset): f"{row.chosen:g}" for row in tuned.itertuples()}
     stems = set()
+    assert {(row.rounds, row.lr, row.model) for row in plan.itertuples()} == {("200", "0.01", "")}
     for row in plan.itertuples():
         mu = chosen[row.method, row.dataset] if row.mu == "tuned" else row.mu
-        stem = f"{row.dataset}/{row.method}/mu{mu}_K{row.K}_E{row.E}{row.T}{row.theory}_seed{row.seed}"
+        theory = "_theory" if row.theory == "True" else ""
+        stem = f"{row.dataset}/{row.method}/{row.setting}{mu}_K{row.K}_E{row.E}{theory}_seed{row.seed}"
         assert row.run in ("", f"results/runs/{stem}"), row
         stems.add(stem)
     assert stems == set((REPO / "tests/reference/default_runs.txt").read_text().split())
@@ -177,7 +186,7 @@ def test_nested_numbers_on_the_command_line(tmp_path):
                           "--config", "experiments={figure1: {rounds: 20}}", "seeds=[3]", "tuning={fraction: 0.2}")
     assert code == 0, out
     assert "results/runs/synthetic_iid/fedavg/mu0_K10_E20_T20_seed3/run.json" in out
-    assert "--fraction 0.2 --out results/summary/tuned_mu.csv" in out
+    assert "--fraction 0.2 --out results/summary/chosen_settings.csv" in out
 
 
 def test_mu_paths_are_canonical(tmp_path):
@@ -286,7 +295,7 @@ def test_tiny_real_run(tiny_run):
     assert {(r["clients_per_round"], r["epochs"]) for r in rows} == {("3", "1"), ("1", "1"), ("8", "2")}
     assert {r["seed"] for r in rows if r["clients_per_round"] == "3"} == {"0", "1"}
     # Figures 2 and 3 run each FedDANE at its mu tuned for the dataset in Figure 1, only
-    tuned = read_csv(results / "summary" / "tuned_mu.csv")
+    tuned = read_csv(results / "summary" / "chosen_settings.csv")
     assert len(tuned) == 2 * len(TINY_DATASETS)
     chosen = {(row["dataset"], row["method"]): float(row["chosen"]) for row in tuned}
     for row in rows:
@@ -332,7 +341,7 @@ def test_tiny_real_run(tiny_run):
     assert (tiny_run / "report.html").stat().st_size > 0
     for name in [f"{f}.png" for f in FIGURES] + [f"{f}_test_acc.png" for f in FIGURES]:
         assert f"Adding {name}" in out, out
-    for name in ("tuning.png", "theory.png", "runs.csv", "tuned_mu.csv", "findings_figure1.csv"):
+    for name in ("tuning.png", "theory.png", "runs.csv", "chosen_settings.csv", "findings_figure1.csv"):
         assert f"Adding {name}" in out, out
     # ... with the paper's finding beside the paper's figures (tests/test_report_captions.py: not beside others)
     _, caption = report_text(tiny_run / "report.html")
@@ -342,12 +351,12 @@ def test_tiny_real_run(tiny_run):
 
 def test_a_selection_keeps_its_tables_beside_its_figures(tiny_run):
     """A subset run (`only_experiments`, `only_datasets`) writes its tables and figures to a folder of
-    its own: it used to overwrite runs.csv and tuned_mu.csv, so a report of the whole run put the
+    its own: it used to overwrite runs.csv and chosen_settings.csv, so a report of the whole run put the
     subset's tables beside the whole run's figures. A report made with the subset's --config holds
     the subset's; one without, the whole run's, untouched."""
     results = tiny_run / "results"
     whole = {name: (results / name).read_bytes() for name in
-             ("summary/runs.csv", "summary/tuned_mu.csv", "figures/figure1.png", "summary/findings_figure1.csv")}
+             ("summary/runs.csv", "summary/chosen_settings.csv", "figures/figure1.png", "summary/findings_figure1.csv")}
     selection = ("--config", "only_experiments=[figure1]", "only_datasets=[synthetic_iid]")
     code, out = snakemake(tiny_run, "--cores", "2", *selection)
     assert code == 0, out
@@ -356,7 +365,7 @@ def test_a_selection_keeps_its_tables_beside_its_figures(tiny_run):
     subset = results / "only-figure1-in-synthetic_iid"
     rows = read_csv(subset / "summary" / "runs.csv")
     assert rows and {r["dataset"] for r in rows} == {"synthetic_iid"}
-    assert {r["dataset"] for r in read_csv(subset / "summary" / "tuned_mu.csv")} == {"synthetic_iid"}
+    assert {r["dataset"] for r in read_csv(subset / "summary" / "chosen_settings.csv")} == {"synthetic_iid"}
     assert {r["dataset"] for r in read_csv(subset / "summary" / "findings_figure1.csv")} == {"synthetic_iid"}
     code, out = snakemake(tiny_run, "--report", "subset.html", *selection)
     assert code == 0, out
@@ -558,7 +567,7 @@ def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_pa
     """config/successors.yaml's experiment on a tiny dataset, 2 rounds, with every method and variant:
     full-participation methods at K = all devices, each tuned method over a grid of its own setting
     (two values of its file's grid, through the experiment's `grids`: that the file's grid is the
-    default is tests/test_experiments.py's), the setting in the run's folder, tuned_mu.csv, findings
+    default is tests/test_experiments.py's), the setting in the run's folder, chosen_settings.csv, findings
     and runs.csv with the costs."""
     from fedsim.planning.experiments import fmt
     from fedsim.methods import ENTRIES, REGISTRY
@@ -587,7 +596,7 @@ def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_pa
         method = ENTRIES[row["method"]].method
         assert row["clients_per_round"] == ("8" if method.full_participation else "3"), row
         assert int(row["vectors_up"]) > 0 and int(row["gradient_evaluations"]) > 0, row
-    tuned = read_csv(results / "summary" / "tuned_mu.csv")
+    tuned = read_csv(results / "summary" / "chosen_settings.csv")
     settings = {r["method"]: r["setting"] for r in tuned}
     for name, entry in ENTRIES.items():
         if entry.method.tuned:
@@ -605,7 +614,7 @@ def test_every_method_runs_through_snakemake_in_the_successors_experiment(tmp_pa
 
 def test_an_experiment_without_a_tuned_method_runs_to_its_figures(tmp_path):
     """Nothing to tune: no `tune` job (it used to fail with "--methods: expected at least one
-    argument" after every run had trained), figures and findings without tuned_mu.csv."""
+    argument" after every run had trained), figures and findings without chosen_settings.csv."""
     workdir = copy_workflow(tmp_path / "wf", with_src=True)
     cfg = tiny_config()
     cfg["datasets"] = {"synthetic_iid": dict(cfg["datasets"]["synthetic_iid"], rounds=2)}
@@ -619,7 +628,7 @@ def test_an_experiment_without_a_tuned_method_runs_to_its_figures(tmp_path):
     code, out = snakemake(workdir, "--cores", "2")
     assert code == 0, out
     results = workdir / "results"
-    assert not (results / "summary" / "tuned_mu.csv").exists()
+    assert not (results / "summary" / "chosen_settings.csv").exists()
     for name in ("figure1", "figure2"):
         assert (results / "figures" / f"{name}.png").stat().st_size > 0
         assert (results / "summary" / f"findings_{name}.csv").is_file()
@@ -647,7 +656,7 @@ def test_an_lr_grid_tunes_each_method_and_the_next_experiment_runs_its_choice(tm
     assert float(runs["synthetic_iid/fedavg/mu0_K3_E1_lr0.1_seed0"]["lr"]) == 0.1
     assert float(runs["synthetic_iid/fedavg/mu0_K3_E1_seed0"]["lr"]) == 0.01
     assert len([r for r in runs if "feddane" in r and "_K3_" in r]) == len(TINY_GRID) * 2
-    tuned = {row["method"]: row for row in read_csv(results / "summary" / "tuned_mu.csv")}
+    tuned = {row["method"]: row for row in read_csv(results / "summary" / "chosen_settings.csv")}
     assert set(tuned) == {"fedavg", "feddane"} and tuned["fedavg"]["lr_candidates"] == "0.01;0.1"
     for method, row in tuned.items():  # figure2 ran the pair figure1 chose
         lr = "" if float(row["lr"]) == 0.01 else f"_lr{float(row['lr']):g}"

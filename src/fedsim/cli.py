@@ -18,10 +18,10 @@
     python -m fedsim findings --out findings_figure1.csv RUN_JSON...
     python -m fedsim tables --findings findings_figure1.csv --config config/config.yaml --out tables_figure1.md
     python -m fedsim tables --findings findings_figure1.csv      # on the screen (or --out -)
-    python -m fedsim tune --methods feddane feddane_authors --out tuned_mu.csv RUN_JSON...
-    python -m fedsim figure1 --tuned tuned_mu.csv --out figure1.pdf RUN_JSON...
+    python -m fedsim tune --methods feddane feddane_authors --out chosen_settings.csv RUN_JSON...
+    python -m fedsim figure1 --tuned chosen_settings.csv --out figure1.pdf RUN_JSON...
     python -m fedsim figure2 --metric test_acc --x-axis communication_rounds --out f.pdf RUN_JSON...
-    python -m fedsim tuning-figure --tuned tuned_mu.csv --out tuning.pdf RUN_JSON...
+    python -m fedsim tuning-figure --tuned chosen_settings.csv --out tuning.pdf RUN_JSON...
 
 Errors in the input end the command with one line naming the bad value (exit code 2). SIGTERM,
 SIGINT (Ctrl-C) and SIGUSR1 end it with one line and exit code 128 + the signal's number; `train`
@@ -405,7 +405,7 @@ def _tuned_methods_option() -> tuple:
 
 
 FIGURE_ARGUMENTS = (
-    _arg("--tuned", help="tuned_mu.csv: shows FedDANE at the chosen mu where the runs hold several"),
+    _arg("--tuned", help="chosen_settings.csv: shows FedDANE at the chosen mu where the runs hold several"),
     _arg("--metric", choices=["train_loss", "test_acc"], default="train_loss"),
     _arg("--x-axis", choices=["rounds", "communication_rounds"], default="rounds",
          help="communication_rounds counts FedDANE's two per round"),
@@ -548,7 +548,7 @@ COMMANDS = (
         OUT,
         _arg("--across-k", action="store_true",
              help="rank every K of a dataset in one panel (methods that need every device beside sampling ones)"),
-        _arg("--tuned", help="tuned_mu.csv: says where each tuned value sits in its grid (grid_edge)"),
+        _arg("--tuned", help="chosen_settings.csv: says where each tuned value sits in its grid (grid_edge)"),
         _arg("runs", nargs="+", help="run.json files of one figure (one mu per method and setting)"))),
     Command("tables", "a figure's findings as the docs' Markdown tables, with their commit and config", _tables, (
         _arg("--findings", required=True, help="findings_<experiment>.csv"),
@@ -566,7 +566,7 @@ COMMANDS = (
         _arg("runs", nargs="+", help="run.json files of runs trained with --theory"))),
     Command("tuning-figure", "each tuned method's tail training loss against its setting (and client lr), "
                              "per dataset", _tuning_figure, (
-        _arg("--tuned", required=True, help="tuned_mu.csv (marks the chosen mu)"),
+        _arg("--tuned", required=True, help="chosen_settings.csv (marks the chosen mu)"),
         _arg("--methods", nargs="+", help="the tuned methods to show (default: those --tuned has rows of)"),
         _tail(), FIGURE_OUT, RUNS)),
 )

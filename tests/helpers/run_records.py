@@ -25,7 +25,7 @@ def fake_run(folder, method="feddane", mu=0.0, K=10, E=20, seed=0, losses=(3.0, 
         "test_loss": kept,
         "test_acc": np.linspace(0.1, 0.8, len(kept)),
     })
-    provenance = {"iid": iid, "alpha": alpha, "beta": alpha}
+    provenance = {"generator": "fedsim.synthetic", "iid": iid, "alpha": alpha, "beta": alpha}  # as synthetic.py records
     record = {
         "config": {"method": method, "mu": mu, "clients_per_round": K, "epochs": E, "seed": seed,
                    "rounds": rounds, "lr": 0.01, "batch_size": 10, "selection": "uniform",

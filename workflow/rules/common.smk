@@ -28,10 +28,8 @@ from fedsim.data import atomic  # noqa: E402
 from fedsim.planning import captions, cost, experiments, jobs, kinds  # noqa: E402
 from fedsim.planning.configcheck import (check_config, check_partition_pools, command_line_types,  # noqa: E402
                                load_schema, pool_samples, target_read_as_config)
-from fedsim.planning.experiments import ConfigError, as_list, fmt  # noqa: E402
+from fedsim.planning.experiments import ConfigError  # noqa: E402
 from fedsim.kinds import BUILT_KINDS, KINDS  # noqa: E402
-from fedsim.specs import model_specs  # noqa: E402
-from fedsim.planning.jobs import model_args, setting_args  # noqa: E402
 from fedsim.planning.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES  # noqa: E402
 
@@ -62,16 +60,43 @@ except OSError as err:
     sys.exit(f"Config error at results_dir: cannot write below {config['results_dir']!r} ({err.strerror})")
 
 # The runs table and its helpers, bound to this config (fedsim.planning.experiments says what each does).
-used_datasets, dataset_sources, tag_rounds, tag_lr, tuned_methods, after_tuning = (
+used_datasets, dataset_sources, tuned_methods, after_tuning = (
     partial(getattr(experiments, name), config)
-    for name in ("used_datasets", "dataset_sources", "tag_rounds", "tag_lr", "tuned_methods", "after_tuning"))
+    for name in ("used_datasets", "dataset_sources", "tuned_methods", "after_tuning"))
 experiment_runs = partial(experiments.experiment_runs, config)
-PLAN = experiments.plan(config)  # the runs known before tuning; those after it join once tuned_mu.csv exists
+PLAN = experiments.plan(config)  # the runs known before tuning; those after it join once chosen_settings.csv exists
+RUNS = experiments.runs_by_path(config, PLAN)  # the train rule's runs by their folder
 
 
 def all_runs(tuned=None):
     """Every training run of every experiment; runs shared by experiments appear once."""
-    return experiments.runs_of(PLAN if tuned is None else experiments.plan(config, tuned))
+    return experiments.runs_of(config, PLAN if tuned is None else experiments.plan(config, tuned))
+
+
+def run_record(path):
+    """The run whose folder below results/runs/ is `path` (the train rule's one wildcard): from the runs
+    table, or one known only after tuning from the table planned with the chosen settings, which the `tune`
+    checkpoint has written by the time the DAG asks for such a run (not checkpoints.tune.get(): every
+    train job would wait on the tuning)."""
+    run = RUNS.get(path) or runs_after_tuning().get(path)
+    if run is None:
+        raise ValueError(f"{run_dir(path=path)} is no run of this config (nor one known after its tuning)")
+    return run
+
+
+def runs_after_tuning():
+    """The runs by folder once the tuning has chosen (chosen_settings.csv read once per version), else {}."""
+    chosen = Path(summary_path("chosen_settings.csv"))
+    if not after_tuning() or not chosen.is_file():
+        return {}
+    stat = chosen.stat()
+    return _runs_after_tuning(str(chosen), stat.st_mtime_ns, stat.st_size)
+
+
+@cache
+def _runs_after_tuning(chosen, mtime_ns, size):
+    with open(chosen, newline="") as handle:
+        return experiments.runs_by_path(config, experiments.plan(config, list(csv.DictReader(handle))))
 
 
 def tuning_runs():
@@ -121,32 +146,22 @@ def dataset_path(name="{dataset}"):
     return results("datasets", f"{name}.h5")
 
 
-def run_stem(
-    dataset="{dataset}", method="{method}", mu="{mu}", K="{K}", E="{E}", T="{T}", theory="{theory}", seed="{seed}"
-):
-    """Relative location of one training run: {dataset}/{method}/{setting}{mu}_K{K}_E{E}{T}{theory}_seed{seed},
-    setting being the name of the method's setting `mu` holds the value of (mu, or the option it is
-    tuned over: alpha0.01 for FedDyn), T the run tag (its rounds, model and client lr where not the dataset's:
-    fedsim.planning.experiments.run_tag), theory '_theory' where the run logs the theorems' constants (an
-    experiment's `theory: true`), else ''."""
-    setting = "{setting}" if method == "{method}" else experiments.setting_name(method)
-    return f"{dataset}/{method}/{setting}{fmt(mu)}_K{fmt(K)}_E{fmt(E)}{T}{theory}_seed{fmt(seed)}"
+def run_dir(run=None, path="{run}"):
+    """A training run's folder: results/runs/<its path> (fedsim.planning.experiments.run_path, which alone
+    writes it); without a run, the pattern of the train rule's one wildcard."""
+    return results("runs", path if run is None else experiments.run_path(config, run))
 
 
-def run_dir(*args, **kwargs):
-    return results("runs", run_stem(*args, **kwargs))
+def metrics_path(run=None):
+    return f"{run_dir(run)}/metrics.csv"
 
 
-def metrics_path(*args, **kwargs):
-    return f"{run_dir(*args, **kwargs)}/metrics.csv"
-
-
-def info_path(*args, **kwargs):
-    return f"{run_dir(*args, **kwargs)}/run.json"
+def info_path(run=None):
+    return f"{run_dir(run)}/run.json"
 
 
 def summary_path(name):
-    """summary/<name> (planned_runs.csv, runs.csv, tuned_mu.csv) of this selection."""
+    """summary/<name> (planned_runs.csv, runs.csv, chosen_settings.csv) of this selection."""
     return selection_results("summary", name)
 
 
@@ -157,10 +172,10 @@ def figure_path(name="{experiment}", ext="pdf", metric="train_loss"):
     return selection_results("figures", f"{stem}.{ext}")
 
 
-def checkpoint_path(*args, **kwargs):
-    """A run's resume state: outside its outputs, so Snakemake's cleanup of a failed job's
-    outputs keeps it; the run deletes it once its outputs are complete."""
-    return results("checkpoints", f"{run_stem(*args, **kwargs)}.pt")
+def checkpoint_path(path="{run}"):
+    """A run's resume state (`path`: its folder below results/runs/): outside its outputs, so Snakemake's
+    cleanup of a failed job's outputs keeps it; the run deletes it once its outputs are complete."""
+    return results("checkpoints", f"{path}.pt")
 
 
 def benchmark_path(rule, stem):
@@ -195,18 +210,18 @@ def write_plan(path, log):
 
 
 def tuned_table():
-    """Rows of tuned_mu.csv, once the `tune` checkpoint has written it (Snakemake then
+    """Rows of chosen_settings.csv, once the `tune` checkpoint has written it (Snakemake then
     re-evaluates the jobs that asked)."""
     with open(checkpoints.tune.get().output[0], newline="") as handle:
         return list(csv.DictReader(handle))
 
 
 def info_paths(runs):
-    return [info_path(*run) for run in runs]
+    return [info_path(run) for run in runs]
 
 
 def metrics_paths(runs):
-    return [metrics_path(*run) for run in runs]
+    return [metrics_path(run) for run in runs]
 
 
 def figure_experiments(theory=False):
@@ -221,7 +236,7 @@ FIGURE_METRICS = ("train_loss", "test_acc")  # the paper's figure and its compan
 def final_targets():
     targets = [summary_path("planned_runs.csv"), summary_path("runs.csv")]
     if tuning_runs():
-        targets.append(summary_path("tuned_mu.csv"))
+        targets.append(summary_path("chosen_settings.csv"))
         targets += [figure_path("tuning", ext) for ext in ("pdf", "png")]
     for name in figure_experiments():
         for metric in FIGURE_METRICS:
@@ -248,7 +263,7 @@ def config_text():
 
 def figure_caption(wildcards):
     return captions.figure(config, wildcards.experiment, summary_path(f"findings_{wildcards.experiment}.csv"),
-                           summary_path("tuned_mu.csv"))
+                           summary_path("chosen_settings.csv"))
 
 
 def tuning_caption(wildcards):
@@ -259,11 +274,11 @@ config["_report"] = captions.front_page(config, selection_results())
 
 # ---- Per-rule arguments and resources (fedsim.planning.jobs), bound to this config
 
-(build_entry, raw_file, fetch_inputs, fetch_args, init_files, run_args, eval_args, train_device, train_gpus,
- train_mem_mb, method_options_text) = (
+(build_entry, raw_file, fetch_inputs, fetch_args, init_files, train_args, train_gpus, train_mem_mb,
+ method_options_text) = (
     partial(getattr(jobs, name), config) for name in (
-        "build_entry", "raw_file", "fetch_inputs", "fetch_args", "init_files", "run_args", "eval_args",
-        "train_device", "train_gpus", "train_mem_mb", "method_options_text"))
+        "build_entry", "raw_file", "fetch_inputs", "fetch_args", "init_files", "train_args", "train_gpus",
+        "train_mem_mb", "method_options_text"))
 build_files = jobs.build_files
 
 
@@ -287,14 +302,14 @@ if workflow.is_main_process:
 
 
 def known_tuning():
-    """tuned_mu.csv's rows where some method is tuned (once `tune` has run), else None: an experiment
+    """chosen_settings.csv's rows where some method is tuned (once `tune` has run), else None: an experiment
     of untuned methods (fedavg, scaffold) has no tuning to wait for."""
     return tuned_table() if tuning_runs() else None
 
 
 def tuned_inputs(wildcards=None):
-    """tuned_mu.csv, an input of the rules that read it, where some method is tuned."""
-    return [summary_path("tuned_mu.csv")] if tuning_runs() else []
+    """chosen_settings.csv, an input of the rules that read it, where some method is tuned."""
+    return [summary_path("chosen_settings.csv")] if tuning_runs() else []
 
 
 def summary_runs(wildcards):
@@ -324,12 +339,7 @@ def metrics_of(runs):
 
 wildcard_constraints:
     dataset=alternatives(config["datasets"]),
-    method=alternatives(METHODS),
-    setting=alternatives(sorted({ENTRIES[m].method.setting_name for m in METHODS})),
-    mu=r"[0-9]+(\.[0-9]+)?",
-    K=r"[0-9]+",
-    E=r"[0-9]+",
-    T=rf"(_T[0-9]+)?(_({alternatives(model_specs())}))?(_lr[0-9]+(\.[0-9]+)?)?",
-    theory=r"(_theory)?",
-    seed=r"[0-9]+",
+    # a run's folder (fedsim.planning.experiments.run_path): its dataset, method and one name; the runs table
+    # says what it holds (run_record)
+    run=rf"({alternatives(config['datasets'])})/({alternatives(METHODS)})/[A-Za-z0-9_.-]+",
     experiment=alternatives(config["experiments"]),

@@ -54,7 +54,7 @@ rule tuning_figure:
     input:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
-        tuned=summary_path("tuned_mu.csv"),
+        tuned=summary_path("chosen_settings.csv"),
         code=code_fingerprint("outputs.figures"),
     output:
         pdf=figure_path("tuning"),

@@ -26,13 +26,13 @@ def report_call(argv):
 
 
 def selection_runs():
-    """Every run this selection reports, as far as it is known now (tuned_mu.csv's choices where the
+    """Every run this selection reports, as far as it is known now (chosen_settings.csv's choices where the
     tuning has run)."""
-    tuned, tuned_file = None, Path(summary_path("tuned_mu.csv"))
+    tuned, tuned_file = None, Path(summary_path("chosen_settings.csv"))
     if tuning_runs() and tuned_file.exists():
         with open(tuned_file, newline="") as handle:
             tuned = list(csv.DictReader(handle))
-    return [run for run in all_runs(tuned) if run.mu != "tuned"]
+    return all_runs(tuned)
 
 
 def trained_rounds(record_path):
@@ -49,14 +49,14 @@ def report_problem():
         return f"{missing[0]} and {len(missing) - 1} more of the run's outputs do not exist" if len(missing) > 1 \
             else f"{missing[0]}, an output of the run, does not exist"
     runs = selection_runs()
-    untrained = [info_path(*run) for run in runs if not Path(info_path(*run)).exists()]
+    untrained = [info_path(run) for run in runs if not Path(info_path(run)).exists()]
     if untrained:
         return f"{untrained[0]} and {len(untrained) - 1} more of its {len(runs)} runs are not trained"
     for run in runs:  # a dataset's rounds changed: same folders, other runs
-        if trained_rounds(info_path(*run)) != tag_rounds(run.dataset, run.T):
-            return f"{info_path(*run)} was trained for {trained_rounds(info_path(*run))} rounds, not this config's " \
-                   f"{tag_rounds(run.dataset, run.T)}"
-    runs = [info_path(*run) for run in runs]
+        if trained_rounds(info_path(run)) != run.rounds:
+            return f"{info_path(run)} was trained for {trained_rounds(info_path(run))} rounds, not this config's " \
+                   f"{run.rounds}"
+    runs = [info_path(run) for run in runs]
     with open(summary_path("runs.csv"), newline="") as handle:
         listed = {row["run"] for row in csv.DictReader(handle)}
     other = [path for path in runs if path not in listed]

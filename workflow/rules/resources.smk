@@ -31,10 +31,10 @@ def print_cost_estimate():
         print(line, file=sys.stderr)
 
 
-def train_runtime(dataset, method, K, E, T, theory):
+def train_runtime(run):
     """A training job's minutes: its run's estimate with a margin, or max_runtime where lower."""
-    seconds = cost.train_seconds(config, dataset, method=method, k=int(K), epochs=int(E), rounds=tag_rounds(dataset, T),
-                                 theory=bool(theory), sizes_of=dataset_sizes, constants=COST_CONSTANTS)
+    seconds = cost.train_seconds(config, run.dataset, method=run.method, k=int(run.K), epochs=int(run.E),
+                                 rounds=run.rounds, theory=run.theory, sizes_of=dataset_sizes, constants=COST_CONSTANTS)
     return cost.job_minutes(seconds, MAX_RUNTIME)
 
 

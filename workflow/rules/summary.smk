@@ -30,8 +30,8 @@ checkpoint tune:
         code=code_fingerprint("outputs.summary"),
     output:
         report(
-            summary_path("tuned_mu.csv"),
-            caption="../report/tuned_mu.rst",
+            summary_path("chosen_settings.csv"),
+            caption="../report/chosen_settings.rst",
             category="Tables",
         ),
     params:
@@ -45,9 +45,9 @@ checkpoint tune:
         mem_mb=1024,
         runtime=10,
     log:
-        log_path("tune", "tuned_mu"),
+        log_path("tune", "chosen_settings"),
     benchmark:
-        benchmark_path("tune", "tuned_mu")
+        benchmark_path("tune", "chosen_settings")
     shell:
         "python -m fedsim.warm tune --methods {params.methods} --fraction {params.fraction}"
         " --out {output} {input.runs} > {log} 2>&1"

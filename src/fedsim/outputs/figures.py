@@ -155,9 +155,9 @@ def diverged_text(runs) -> str:
     return f": ✕ diverged at round{'s' if len(rounds) > 1 else ''} {', '.join(map(str, rounds))}{seeds}"
 
 
-def _tuned_mu(tuned: pd.DataFrame | None, key: tuple, method: str) -> tuple[float, float | None] | None:
+def _chosen_setting(tuned: pd.DataFrame | None, key: tuple, method: str) -> tuple[float, float | None] | None:
     """The value (mu or tuned option) and client lr chosen for `method` (a variant name) in the setting `key`
-    in tuned_mu.csv, if any (lr None: a table from before the lr was tuned)."""
+    in chosen_settings.csv, if any (lr None: a table from before the lr was tuned)."""
     if tuned is None:
         return None
     dataset, k, e, rounds = key
@@ -170,7 +170,7 @@ def _tuned_mu(tuned: pd.DataFrame | None, key: tuple, method: str) -> tuple[floa
 
 
 def _lr_tuned(tuned: pd.DataFrame | None, runs) -> bool:
-    """Whether tuned_mu.csv chose an lr among several for some method in the settings of `runs`."""
+    """Whether chosen_settings.csv chose an lr among several for some method in the settings of `runs`."""
     if tuned is None or "lr_candidates" not in tuned or not len(tuned):
         return False
     keys = {setting(record) for _, record in runs}
@@ -189,7 +189,7 @@ def _method_runs(runs, method: str, tuned: pd.DataFrame | None):
     setting (mu, or its tuned option) or client lrs is shown at its tuned ones only."""
     mine = [(m, r) for m, r in runs if variant_of(r["config"]) == method]
     if len({_values(r) for _, r in mine}) > 1:
-        chosen = _tuned_mu(tuned, setting(mine[0][1]), method)
+        chosen = _chosen_setting(tuned, setting(mine[0][1]), method)
         if chosen is None:
             raise ValueError(f"{method} runs at several values and no tuned one for {setting(mine[0][1])}")
         value, lr = chosen
@@ -625,7 +625,7 @@ def tuning_profiles(scores: pd.DataFrame, tuned: pd.DataFrame | None) -> pd.Data
     parts = []
     for (variant, name, k, e, rounds), group in scores.groupby(["variant", "dataset", "clients_per_round",
                                                                   "epochs", "rounds"]):
-        chosen = _tuned_mu(tuned, (name, k, e, rounds), variant)
+        chosen = _chosen_setting(tuned, (name, k, e, rounds), variant)
         value, lr = chosen if chosen is not None else (None, None)
         several_lrs = group["lr"].nunique() > 1
         if group["value"].nunique() > 1 or not several_lrs:

@@ -149,7 +149,7 @@ def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False
     value, under the figure's label), the tail means over the seeds with their min and max, the panel's
     ranking of the curves by tail loss (1 = lowest), whether every seed alone ranks the curve the same
     (an ordering that flips between seeds is noise, not a finding), and where a tuned value sits in the
-    grid it was chosen from (`tuned`: tuned_mu.csv's rows). `info_paths`: a figure's runs, one value per
+    grid it was chosen from (`tuned`: chosen_settings.csv's rows). `info_paths`: a figure's runs, one value per
     method. `across_k`: one panel holds every K (methods that need every device beside sampling ones)."""
     runs = summarise(info_paths, fraction)
     views = pd.DataFrame([tuned_view(row) for row in runs[["method", "options", "mu"]].to_dict("records")],
@@ -209,7 +209,7 @@ def grid_edge(tuned: pd.DataFrame | None, curve: dict, of: str = "value") -> str
     """Where a findings curve's value (`of`: "value", its setting's; "lr", its client lr) sits in the grid it
     was tuned over: `lowest` or `highest` (an edge: the best value may lie beyond it), `inside`, `only`
     (a grid of one setting value), or "" where it was not tuned (a fixed value; an lr no grid varied). The
-    grid is tuned_mu.csv's row of the curve's setting; without one (values taken from another experiment's
+    grid is chosen_settings.csv's row of the curve's setting; without one (values taken from another experiment's
     tuning, `mu_from`), the rows of its dataset, method and setting that chose these values, where they agree."""
     if tuned is None or not len(tuned):
         return ""

@@ -131,7 +131,7 @@ def method_values_text(cfg, experiment, method) -> str:
 
 def settings_text(cfg, experiment, tuned_path) -> str:
     """Every method of an experiment with the values it ran at, methods alike grouped: 'FedAvg: mu = 0;
-    FedDyn: alpha tuned over [0.01] in each setting (results/summary/tuned_mu.csv)'."""
+    FedDyn: alpha tuned over [0.01] in each setting (results/summary/chosen_settings.csv)'."""
     groups: dict[str, list[str]] = {}
     for method in _in_order(cfg["experiments"][experiment]["methods"]):
         groups.setdefault(method_values_text(cfg, experiment, method), []).append(method)
@@ -254,7 +254,7 @@ def reuse_text(cfg) -> str:
 
 
 def tuning(cfg) -> Caption:
-    """The pieces of the tuned_mu.csv and tuning figure captions (tuned_mu.rst, tuning.rst)."""
+    """The pieces of the chosen_settings.csv and tuning figure captions (chosen_settings.rst, tuning.rst)."""
     tuned = ex.tuned_methods(cfg)
     return Caption(
         methods=labels(tuned),

@@ -9,8 +9,8 @@ it, else the mu tuned in its `mu_from` experiment), or the experiment's own `mu`
 
 from __future__ import annotations
 
-import re
 from collections import namedtuple
+from dataclasses import astuple, dataclass, fields
 from decimal import Decimal
 
 import pandas as pd
@@ -19,15 +19,33 @@ from ..methods import ENTRIES
 from ..core.settings import clients_per_round_problem
 from ..outputs.styles import in_legend_order
 from ..kinds import KINDS
-from .kinds import model_tag, n_devices, sources, trains_linear_softmax
+from .kinds import n_devices, own_model, sources, trains_linear_softmax
 
-# What names a run (its folder); T is the run tag (its rounds, model and client lr where not the dataset's:
-# run_tag), theory the theory tag (run_stem)
-# mu: the value of the method's setting (setting_name: its mu, or the option it is tuned over)
-RUN_FIELDS = ("dataset", "method", "mu", "K", "E", "T", "theory", "seed")
-PLAN_COLUMNS = ["experiment", *RUN_FIELDS, "rounds"]
-Run = namedtuple("Run", RUN_FIELDS)
-Setting = namedtuple("Setting", ("dataset", "K", "E", "T"))  # a run without method, mu, theory, seed
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: every field it depends on beyond its dataset entry's and the simulator's shared settings
+    (jobs.train_args adds those). Made once, at planning (plan); its folder is written by run_path alone and
+    read by no one: the train rule looks the record up by that folder and hands it whole to `fedsim train`.
+    The text fields are canonical (fmt), as the folder spells them."""
+
+    dataset: str
+    method: str
+    setting: str  # the name of the method's setting: mu, or the option it is tuned over (FedDyn's alpha)
+    value: str  # its value; "tuned" where another experiment's tuning chooses it and has not yet
+    lr: str  # the client learning rate
+    K: str
+    E: str
+    rounds: int
+    model: str | None  # None: its dataset entry's default (the folder names any other)
+    theory: bool  # whether it logs Theorem 1's constants (a theory experiment's runs)
+    seed: str
+
+
+RUN_FIELDS = tuple(field.name for field in fields(RunSpec))
+PLAN_COLUMNS = ["experiment", *RUN_FIELDS]
+Setting = namedtuple("Setting", ("dataset", "K", "E", "rounds"))  # what a tuning groups runs by
 
 
 class ConfigError(ValueError):
@@ -53,7 +71,7 @@ def as_list(value) -> list:
 
 def fmt(x) -> str:
     """Canonical text of a number for paths: 0 -> '0', 1.0 -> '1', 1e-3 -> '0.001'. Strings
-    (wildcard patterns such as '{mu}', or already formatted values) pass through."""
+    (already formatted values, "tuned") pass through."""
     if isinstance(x, str):
         return x
     text = format(Decimal(repr(float(x))), "f")
@@ -80,53 +98,29 @@ def dataset_sources(cfg, dataset) -> list[str]:
     return sources(cfg, dataset)
 
 
-def run_tag(cfg, dataset, rounds=None, lr=None) -> str:
-    """What a run's folder adds to its dataset's name, method and settings: '_T<rounds>' where it runs
-    another number of rounds than the dataset's own (the paper's; also rounds=None), '_<model>' where its
-    dataset entry names another model than its kind's default (fedsim.planning.kinds.model_tag), and
-    '_lr<lr>' where it trains at another client learning rate than its dataset's (an experiment's lr grid).
-    The paper's runs keep short paths; an experiment's `rounds`, a dataset's `model` and a tuned lr get
-    their own."""
-    rounds_part = "" if rounds in (None, cfg["datasets"][dataset]["rounds"]) else f"_T{rounds}"
-    return rounds_part + model_tag(cfg, dataset) + lr_tag(cfg, dataset, lr)
+def run_path(cfg, run: RunSpec) -> str:
+    """The run's folder below results/runs/, written here and nowhere else:
+    {dataset}/{method}/{setting}{value}_K{K}_E{E}{variant}{theory}_seed{seed} (run_parts)."""
+    dataset, method, setting, value, K, E, variant, theory, seed = run_parts(cfg, run)
+    return f"{dataset}/{method}/{setting}{value}_K{K}_E{E}{variant}{theory}_seed{seed}"
 
 
-def lr_tag(cfg, dataset, lr=None) -> str:
-    """'_lr<lr>' where `lr` is not the dataset's own (None: the dataset's), else ''."""
-    return "" if lr is None or fmt(lr) == fmt(cfg["datasets"][dataset]["lr"]) else f"_lr{fmt(lr)}"
+def run_parts(cfg, run: RunSpec) -> tuple[str, ...]:
+    """The pieces of a run's folder: its fields, variant '_T<rounds>' where it runs another number of rounds
+    than its dataset's own, then '_<model>' where it trains another model than its dataset kind's default,
+    then '_lr<lr>' where another client lr than its dataset's (an experiment's lr grid), and '_theory' where
+    it logs the theorems' constants (they cost more than the same run without, which other experiments
+    share). The paper's runs keep short folders; two runs that differ never share one."""
+    entry = cfg["datasets"][run.dataset]
+    variant = ("" if run.rounds == entry["rounds"] else f"_T{run.rounds}") + (f"_{run.model}" if run.model else "")
+    variant += "" if run.lr == fmt(entry["lr"]) else f"_lr{run.lr}"
+    return (run.dataset, run.method, run.setting, run.value, run.K, run.E, variant, "_theory" if run.theory else "",
+            run.seed)
 
 
-# a run tag's parts: rounds, model (a model file's name, never lr<digit>...), client lr
-TAG = re.compile(r"(?:_T(?P<rounds>[0-9]+))?(?:_(?P<model>(?!lr[0-9])\w+?))?(?:_lr(?P<lr>[0-9.]+))?")
-
-
-def _tag_part(tag, part):
-    found = TAG.fullmatch(tag)
-    if found is None:
-        raise ValueError(f"not a run tag: {tag!r}")
-    return found[part]
-
-
-def tag_rounds(cfg, dataset, tag) -> int:
-    """The number of rounds a run tag stands for."""
-    rounds = _tag_part(tag, "rounds")
-    return int(rounds) if rounds else cfg["datasets"][dataset]["rounds"]
-
-
-def tag_model(tag) -> str | None:
-    """The model a run tag names; None: its dataset kind's default."""
-    return _tag_part(tag, "model")
-
-
-def tag_lr(cfg, dataset, tag) -> float:
-    """The client learning rate a run tag stands for (its dataset's where the tag names none)."""
-    lr = _tag_part(tag, "lr")
-    return float(lr) if lr else cfg["datasets"][dataset]["lr"]
-
-
-def setting_tag(tag) -> str:
-    """A run tag without its lr: the tag of the setting the run's tuning groups it in."""
-    return re.sub(r"_lr[0-9.]+$", "", tag)
+def run_order(cfg):
+    """The key runs are listed in (the tables' inputs): by dataset, method, value, K, E, variant, theory, seed."""
+    return lambda run: tuple(part for i, part in enumerate(run_parts(cfg, run)) if i != 2)
 
 
 # ---------------------------------------------------------------------------------------
@@ -217,16 +211,10 @@ def tunes_mu(cfg, experiment) -> bool:
     return mu_source(cfg, experiment) == "grid"
 
 
-def theory_tag(cfg, experiment) -> str:
-    """'_theory' in the paths of an experiment whose runs log the theorems' constants: they cost
-    more than the same runs without, which other experiments share."""
-    return "_theory" if cfg["experiments"][experiment].get("theory") else ""
-
-
 def settings(cfg, experiment) -> list[Setting]:
-    """Every (dataset, K, E, run tag) of an experiment."""
+    """Every (dataset, K, E, rounds) of an experiment (its `rounds`, else each dataset's own)."""
     exp = cfg["experiments"][experiment]
-    return [Setting(dataset, fmt(K), fmt(E), run_tag(cfg, dataset, exp.get("rounds")))
+    return [Setting(dataset, fmt(K), fmt(E), exp.get("rounds") or cfg["datasets"][dataset]["rounds"])
             for dataset in exp["datasets"] for K in experiment_ks(cfg, experiment, dataset)
             for E in as_list(exp["epochs"])]
 
@@ -253,14 +241,14 @@ def reference_setting(cfg, experiment, setting) -> Setting:
 
 
 def chosen(cfg, tuned, method, setting) -> tuple[str, str]:
-    """The value (of its mu or tuned option) and client lr chosen for `method` in `setting` (its tag
-    without lr) in `tuned` (rows of tuned_mu.csv)."""
-    key = (method, setting.dataset, setting.K, setting.E, tag_rounds(cfg, setting.dataset, setting.T))
+    """The value (of its mu or tuned option) and client lr chosen for `method` in `setting` in `tuned` (rows
+    of chosen_settings.csv)."""
+    key = (method, setting.dataset, setting.K, setting.E, setting.rounds)
     for row in tuned:
         numbers = (fmt(float(row[c])) for c in ("clients_per_round", "epochs"))
         if (row["method"], row["dataset"], *numbers, int(row["rounds"])) == key:
             return fmt(float(row["chosen"])), fmt(float(row["lr"]))
-    raise ValueError(f"tuned_mu.csv has no row for {method} in {setting}")
+    raise ValueError(f"chosen_settings.csv has no row for {method} in {setting}")
 
 
 def method_values(cfg, method, setting, experiment, tuned=None) -> list[tuple]:
@@ -353,13 +341,14 @@ def selected_experiments(cfg) -> dict:
 # ---------------------------------------------------------------------------------------
 
 def plan(cfg, tuned=None) -> pd.DataFrame:
-    """The experiments expanded into their training runs: one row per experiment and run (a run
-    two experiments share has a row in each, one path). mu is canonical text, or "tuned" where
-    another experiment's tuning chooses it and `tuned` (rows of tuned_mu.csv) is not known yet; a
-    client lr other than the dataset's is in the run tag T."""
+    """The experiments expanded into their training runs: one row per experiment and run (a run two
+    experiments share has a row in each, one folder), its columns the experiment and the run's record
+    (RunSpec). The value is "tuned" where another experiment's tuning chooses it and `tuned` (rows of
+    chosen_settings.csv) is not known yet."""
     rows = [
-        (name, s.dataset, method, fmt(mu), s.K, s.E, s.T + lr_tag(cfg, s.dataset, lr), theory_tag(cfg, name),
-         fmt(seed), tag_rounds(cfg, s.dataset, s.T))
+        (name, *astuple(RunSpec(s.dataset, method, setting_name(method), fmt(mu),
+                                fmt(cfg["datasets"][s.dataset]["lr"] if lr is None else lr), s.K, s.E, s.rounds,
+                                own_model(cfg, s.dataset), bool(exp.get("theory")), fmt(seed))))
         for name, exp in cfg["experiments"].items()
         for setting in settings(cfg, name)
         for method in exp["methods"]
@@ -371,34 +360,40 @@ def plan(cfg, tuned=None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PLAN_COLUMNS).drop_duplicates(ignore_index=True)
 
 
-def runs_of(table: pd.DataFrame) -> list[Run]:
-    """The distinct runs (sorted) of rows of a plan whose mu is known."""
-    known = table[table["mu"] != "tuned"]
-    return sorted({Run(*row) for row in known[list(RUN_FIELDS)].itertuples(index=False)})
+def runs_of(cfg, table: pd.DataFrame) -> list[RunSpec]:
+    """The distinct runs of rows of a plan whose value is known, in run_order."""
+    known = table[table["value"] != "tuned"]
+    runs = {RunSpec(**row) for row in known[list(RUN_FIELDS)].to_dict("records")}
+    return sorted(runs, key=run_order(cfg))
+
+
+def runs_by_path(cfg, table: pd.DataFrame) -> dict[str, RunSpec]:
+    """The known runs of a plan by their folder (run_path): how the train rule finds its run."""
+    return {run_path(cfg, run): run for run in runs_of(cfg, table)}
 
 
 def run_setting(run) -> Setting:
-    """The setting a run belongs to: its dataset, K, E and tag without lr (what its tuning groups by)."""
-    return Setting(run.dataset, run.K, run.E, setting_tag(run.T))
+    """The setting a run belongs to: its dataset, K, E and rounds (what its tuning groups by)."""
+    return Setting(run.dataset, run.K, run.E, run.rounds)
 
 
-def experiment_runs(cfg, experiment, tuned=None, chosen_only=False) -> list[Run]:
+def experiment_runs(cfg, experiment, tuned=None, chosen_only=False) -> list[RunSpec]:
     """Training runs of one experiment; `chosen_only`: a method it tunes at its chosen values only."""
     table = plan(cfg, tuned)
     table = table[table["experiment"] == experiment]
     if chosen_only and tunes_mu(cfg, experiment):
         keep = [not tunes(cfg, r.method, experiment)
-                or (r.mu, fmt(tag_lr(cfg, r.dataset, r.T))) == chosen(cfg, tuned, r.method, run_setting(r))
+                or (r.value, r.lr) == chosen(cfg, tuned, r.method, run_setting(r))
                 for r in table.itertuples()]
         table = table[keep]
-    return runs_of(table)
+    return runs_of(cfg, table)
 
 
-def tuning_runs(cfg, table: pd.DataFrame) -> list[Run]:
+def tuning_runs(cfg, table: pd.DataFrame) -> list[RunSpec]:
     """The runs of a plan the tuned methods' values are chosen from: their grid runs where they are tuned."""
     tuning = [tunes_mu(cfg, name) and tunes(cfg, method, name) for name, method in zip(table["experiment"],
                                                                                          table["method"])]
-    return runs_of(table[tuning])
+    return runs_of(cfg, table[tuning])
 
 
 def after_tuning(cfg) -> bool:

@@ -2,9 +2,10 @@
 the package code each one runs with its fingerprint (so that an edit reruns exactly the jobs whose
 code changed).
 
-Pure functions of the config (as fedsim.planning.configcheck leaves it) and of a job's wildcards; no torch,
-no Snakemake. workflow/rules/common.smk binds them to its config; a rule's params are these
-strings, so changing a setting reruns exactly the jobs whose command it changes.
+Pure functions of the config (as fedsim.planning.configcheck leaves it) and of a job's wildcards (a training
+job's: its run record, experiments.RunSpec); no torch, no Snakemake. workflow/rules/common.smk binds them to
+its config; a rule's params are these strings, so changing a setting reruns exactly the jobs whose command it
+changes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from ..data import atomic
 from ..specs import FILE_KINDS, MODELS_DIR, model_file
 from ..kinds import BUILT_KINDS, KINDS, PLUGIN_KIND_FILES
-from .experiments import RUN_FIELDS, fmt, setting_name, tag_lr, tag_model
+from .experiments import RUN_FIELDS, RunSpec
 from .kinds import entry_dissimilarity, resolved_entry, trains_linear_softmax
 from ..methods import ENTRIES, PLUGIN_METHOD_FILES, USES, resolve
 
@@ -100,26 +101,41 @@ def method_options_text(cfg, method) -> str:
 
 
 def planned_runs_csv(cfg, plan, run_dir) -> str:
-    """The runs table before tuning (experiments.plan) as planned_runs.csv: with every setting that
-    shapes a run's result, and the run's folder (`run_dir(*run)`; empty while mu is `tuned`)."""
+    """The runs table before tuning (experiments.plan: each row's experiment and run record) as
+    planned_runs.csv: with every other setting that shapes a run's result, and the run's folder
+    (`run_dir(run)`; empty while its value is `tuned`). The value is `mu`, as runs.csv names it, `setting`
+    saying whose value it is."""
     datasets = [cfg["datasets"][name] for name in plan["dataset"]]
+    runs = [RunSpec(**row) for row in plan[list(RUN_FIELDS)].to_dict("records")]
     table = plan.assign(
-        lr=[tag_lr(cfg, dataset, tag) for dataset, tag in zip(plan["dataset"], plan["T"])],
+        model=[model or "" for model in plan["model"]],
         batch_size=[entry["batch_size"] for entry in datasets],
         options=[method_options_text(cfg, m) for m in plan["method"]],
-        setting=[setting_name(m) for m in plan["method"]],
         eval_devices=[entry.get("eval_devices", "") for entry in datasets],
         eval_every=[entry.get("eval_every", 1) for entry in datasets],
         dissimilarity=[entry_dissimilarity(cfg, name) for name in plan["dataset"]],
-        model=[tag_model(tag) or "" for tag in plan["T"]],
         **{key: cfg["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
-        run=[run_dir(*run) if run.mu != "tuned" else "" for run in plan[list(RUN_FIELDS)].itertuples(index=False)],
+        run=[run_dir(run) if run.value != "tuned" else "" for run in runs],
     )
-    return table.to_csv(index=False)
+    return table.rename(columns={"value": "mu"}).to_csv(index=False)  # runs.csv's name of the run setting
+
+
+def train_args(cfg, run: RunSpec) -> str:
+    """`fedsim train`'s options for one run but its files and threads, made here alone: the run's record
+    (experiments.RunSpec), and what its dataset entry and the simulator section say of how it trains."""
+    sim = cfg["simulator"]
+    args = [run_args(cfg, run.method, run.seed), setting_args(run),
+            f"--clients-per-round {run.K} --epochs {run.E}",
+            f"--batch-size {cfg['datasets'][run.dataset]['batch_size']} --lr {run.lr} --rounds {run.rounds}",
+            f"--seed {run.seed} --selection {sim['selection']} --second-subset {sim['second_subset']}",
+            f"--device {train_device(cfg, run.dataset)}", eval_args(cfg, run.dataset),
+            f"--model {run.model}" if run.model else "",  # None: its dataset file's default
+            "--theory" if run.theory else ""]
+    return " ".join(arg for arg in args if arg)
 
 
 def run_args(cfg, method, seed) -> str:
-    """How a run is computed beyond its wildcards: the method as fedsim knows it, whose random
+    """How a run is computed beyond its record's other fields: the method as fedsim knows it, whose random
     draws, the initial model, IEEE subnormals where kept."""
     args = [f"--method {method} --rng {cfg['simulator']['rng']}"]
     args += ["--keep-subnormals"] if cfg["simulator"].get("keep_subnormals") else []
@@ -128,9 +144,9 @@ def run_args(cfg, method, seed) -> str:
     return " ".join(args)
 
 
-def setting_args(method, value) -> str:
+def setting_args(run: RunSpec) -> str:
     """The argument giving a run its value of the method's setting: --mu, or the tuned option."""
-    name = ENTRIES[method].method.setting_name
+    name, value = run.setting, run.value
     return f"--mu {value}" if name == "mu" else f"--option {shlex.quote(f'{name}={value}')}"
 
 
@@ -144,13 +160,6 @@ def eval_args(cfg, dataset) -> str:
     if entry.get("dissimilarity") is not None:  # else the model's default (fedsim.specs.ModelSpec)
         args += ["--dissimilarity" if entry["dissimilarity"] else "--no-dissimilarity"]
     return " ".join(args)
-
-
-def model_args(tag) -> str:
-    """The model a run trains, from its folder's run tag (experiments.run_tag): the folder names every
-    model but its dataset kind's default, so that what a folder holds is what its name says."""
-    model = tag_model(tag)
-    return f"--model {model}" if model else ""
 
 
 def train_device(cfg, dataset) -> str:

@@ -116,11 +116,11 @@ def trains_linear_softmax(cfg, dataset) -> bool:
     return model is None or model_spec(model).linear_softmax
 
 
-def model_tag(cfg, dataset) -> str:
-    """'' where a dataset entry trains its kind's default model, else '_<model>': a run's identity names
-    its model wherever the default is not used, so that two models never share a run folder."""
+def own_model(cfg, dataset) -> str | None:
+    """The model a dataset entry's runs name, or None where it trains its kind's default: a run's folder
+    names its model wherever the default is not used, so that two models never share a run folder."""
     model = cfg["datasets"][dataset].get("model")
-    return "" if model is None or model == kind_default_model(cfg, dataset) else f"_{model}"
+    return None if model is None or model == kind_default_model(cfg, dataset) else model
 
 
 def fit_problem(cfg, dataset) -> str | None:
