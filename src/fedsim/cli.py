@@ -40,13 +40,12 @@ from collections.abc import Callable
 from .core import settings
 from .data.atomic import write_csv, write_text
 from .data.download import SOURCES
+from .kinds import KINDS
 from .methods import ENTRIES
-from .data.partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
 from .planning.progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .core.settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
 from .core.stopping import StopSignals, Stopped, exit_status
 from .outputs.styles import LEGEND
-from .data.synthetic import DEFAULTS as SYNTHETIC
 
 
 def _number(check: Check):
@@ -64,9 +63,8 @@ def _number(check: Check):
 
 
 COUNT, INDEX = _number(settings.COUNT), _number(settings.INDEX)
-NON_NEGATIVE, POSITIVE = _number(settings.NON_NEGATIVE), _number(settings.POSITIVE)
+NON_NEGATIVE = _number(settings.NON_NEGATIVE)
 SHARE = _number(Check(float, lambda v: math.isfinite(v) and 0 < v <= 1, "a fraction in (0, 1]"))
-SHARE_OR_ALL = _number(Check(float, lambda v: math.isfinite(v) and 0 <= v <= 1, "a fraction in [0, 1] (0: all)"))
 
 
 def _method_option(text: str) -> tuple[str, str]:
@@ -152,35 +150,24 @@ def _build(entry, named, out, name) -> None:
     print(f"{name}: {build(complete(entry), named, out, name)}")
 
 
-# The commands each kind had before `build-dataset` (fedsim.kinds), kept as its aliases: their options
-# are the kind's keys (these renamed), their files its inputs: (kind, {input name: the option holding
-# its files})
-ALIASES = {"generate-synthetic": ("synthetic", {}), "prepare-shakespeare": ("shakespeare", {"raw": "raw"}),
-           "prepare-sent140": ("sent140", {"raw": "raw", "glove": "glove"}),
-           "prepare-femnist": ("femnist", {"raw": "json", "nist": "nist"}),
-           "prepare-femnist62": ("femnist62", {"raw": "json", "nist": "nist"}),
-           "partition-dirichlet": ("dirichlet", {"pool": "pool"}), "import-arrays": ("arrays", {"raw": "npz"}),
-           "import-json": ("json", {"train": "train", "test": "test"})}
-RENAMED = {"dim": "glove_dim", "expect_devices": "devices", "kind": "sample_kind"}
-
-
-def _alias(command: str) -> Callable[[argparse.Namespace], None]:
-    """The handler of a kind's own command: its options as the kind's entry, its files as the build's inputs."""
-    kind, files = ALIASES[command]
-
+def _kind_handler(kind) -> Callable[[argparse.Namespace], None]:
+    """Its own command's handler: the options that are the kind's keys as its entry, those holding files as
+    its build's inputs (two options filling one input: one of them given)."""
     def handler(args) -> None:
-        from .kinds import KINDS
-
-        given = {RENAMED.get(key, key): value for key, value in vars(args).items() if value is not None}
-        named = {name: _as_list(given[option]) for name, option in files.items() if option in given}
-        if "nist" in named:  # NIST's zips instead of LEAF JSON: the kind's raw sources
-            if "raw" in named:
-                raise ValueError("give one of --json (LEAF JSON files or folders) and --nist (NIST's zips)")
-            named["raw"] = named.pop("nist")
-        elif files.get("nist") and "raw" not in named:
-            raise ValueError("give one of --json (LEAF JSON files or folders) and --nist (NIST's zips)")
-        keys = {**KINDS[kind].shared_keys, **KINDS[kind].keys}
-        _build({"kind": kind, **{key: value for key, value in given.items() if key in keys}}, named, args.out, args.name)
+        given = {key: value for key, value in vars(args).items() if value is not None}
+        named, by = {}, {}
+        for option, (name, _) in kind.command.files.items():
+            if option in given:
+                if name in named:
+                    raise ValueError(f"give one of --{by[name]} and --{option}")
+                named[name], by[name] = _as_list(given[option]), option
+        missing = {name for name, _ in kind.command.files.values()} - set(named)
+        if missing:
+            options = [f"--{o}" for o, (name, _) in kind.command.files.items() if name in missing]
+            raise ValueError(f"give one of {' and '.join(options)}")
+        keys = {**kind.shared_keys, **kind.keys}
+        _build({"kind": kind.name, **{key: value for key, value in given.items() if key in keys}}, named, args.out,
+               args.name)
     return handler
 
 
@@ -353,36 +340,11 @@ class Command:
 OUT = _arg("--out", required=True)
 FIGURE_OUT = _arg("--out", required=True, help="figure .pdf (a .png is written beside it)")
 RUNS = _arg("runs", nargs="+")
-EXPECT_DEVICES = _arg("--expect-devices", type=COUNT,
-                      help="the device count the config declares (a warning if the file has another)")
-PARTITION_SEED = _arg("--seed", type=INDEX, default=PARTITION["seed"])
 
 
 def _tail(**kwargs) -> tuple:
     """--fraction of the commands that average the tail of each run."""
     return _arg("--fraction", type=SHARE, default=TAIL_FRACTION, **kwargs)
-
-
-def _partition_train_fraction(when: str = "") -> tuple:
-    return _arg("--train-fraction", type=SHARE, default=PARTITION["train_fraction"],
-                help=f"{when}each device's share of train rows, LEAF's per-user split "
-                     f"(default: {PARTITION['train_fraction']})")
-
-
-def _leaf_options(name: str, sampling: tuple | None = None) -> tuple:
-    """Options every prepare-* command shares; `sampling` = (fraction, min_samples[, train
-    fraction: 0.8]) defaults for the commands that apply LEAF's niid sampling."""
-    options = [_arg("--name", default=name)]
-    if sampling is not None:
-        options += [_arg("--fraction", type=SHARE_OR_ALL, default=sampling[0],
-                         help="LEAF's niid sampling fraction (0: every user)"),
-                    _arg("--min-samples", type=INDEX, default=sampling[1],
-                         help="LEAF's -k: the fewest samples a user may have (see --min-samples-rule)"),
-                    _arg("--min-samples-rule", choices=["more_than", "at_least"], default="more_than",
-                         help="keep users with more than (LEAF before Dec 2019, the paper's) or at least "
-                              "(LEAF since) --min-samples samples"),
-                    _arg("--train-fraction", type=SHARE, default=(*sampling, 0.8)[2])]
-    return (*options, _arg("--seed", type=INDEX, default=0), EXPECT_DEVICES, OUT)
 
 
 def _run_settings() -> tuple:
@@ -412,18 +374,62 @@ FIGURE_ARGUMENTS = (
     FIGURE_OUT, RUNS)
 
 
+def _bounds(rule: dict) -> str:
+    """A key rule's numeric bounds in words: '>= 1', 'in [0, 1]', 'in (0, 1)'."""
+    low, high = rule.get("minimum", rule.get("exclusiveMinimum")), rule.get("maximum", rule.get("exclusiveMaximum"))
+    if low is not None and high is not None:
+        return (f"in {'[' if 'minimum' in rule else '('}{low:g}, {high:g}{']' if 'maximum' in rule else ')'}")
+    if low is not None:
+        return f"{'>=' if 'minimum' in rule else '>'} {low:g}"
+    return f"{'<=' if 'maximum' in rule else '<'} {high:g}" if high is not None else ""
+
+
+def _rule_type(rule: dict):
+    """An argparse type for a kind key's JSON-schema rule (integer, number): its cast and bounds, a value
+    outside them refused in one line."""
+    if rule.get("type") not in ("integer", "number"):
+        return None
+    cast, bounds = (int if rule["type"] == "integer" else float), _bounds(rule)
+    checks = {"minimum": lambda v, b: v >= b, "exclusiveMinimum": lambda v, b: v > b,
+              "maximum": lambda v, b: v <= b, "exclusiveMaximum": lambda v, b: v < b}
+    what = ("an integer" if cast is int else "a finite number") + (f" {bounds}" if bounds else "")
+    return _number(Check(cast, lambda v: math.isfinite(v) and all(check(v, rule[name]) for name, check in
+                                                                  checks.items() if name in rule), what))
+
+
+def _key_option(kind, key: str, rule: dict) -> tuple:
+    """A kind key's option of the kind's own command: its flag, type, choices and default from its rule."""
+    command = kind.command
+    default = command.defaults.get(key, rule.get("default"))
+    keywords = {"dest": key, "help": rule.get("description", "")}
+    if rule.get("type") == "boolean":
+        keywords.update(action=argparse.BooleanOptionalAction, default=True) if default else \
+            keywords.update(action="store_true")
+        return _arg(command.flags.get(key, "--" + key.replace("_", "-")), **keywords)
+    keywords |= {"choices": rule["enum"]} if "enum" in rule else {}
+    keywords |= {"nargs": "+"} if "oneOf" in rule else {}
+    keywords |= {"type": _rule_type(rule)} if _rule_type(rule) else {}
+    if default is not None:
+        keywords.update(default=default, help=f"{keywords['help']} (default: {default})")
+    elif key in kind.required:
+        keywords["required"] = True
+    return _arg(command.flags.get(key, "--" + key.replace("_", "-")), **keywords)
+
+
+def _kind_command(kind) -> Command:
+    """A kind's own command (fedsim.specs.KindCommand), an alias of build-dataset: its file options, then an
+    option a key (the kind's keys in their order), --name and --out."""
+    command = kind.command
+    files = tuple(_arg(f"--{option}", **keywords) for option, (_, keywords) in command.files.items())
+    keys = {**kind.shared_keys, **kind.keys}
+    options = tuple(_key_option(kind, key, rule) for key, rule in keys.items() if key not in command.files)
+    name = _arg("--name", default=command.dataset_name) if command.dataset_name else _arg("--name", required=True)
+    return Command(command.name, f"{command.help} (an alias of build-dataset)", _kind_handler(kind),
+                   (*files, *options, name, OUT))
+
+
 COMMANDS = (
-    Command("generate-synthetic", "write a Synthetic(alpha, beta) dataset as HDF5", _alias('generate-synthetic'), (
-        _arg("--name", required=True),
-        _arg("--alpha", type=NON_NEGATIVE, default=0.0),
-        _arg("--beta", type=NON_NEGATIVE, default=0.0),
-        _arg("--iid", action="store_true"),
-        _arg("--devices", type=COUNT, default=SYNTHETIC["devices"]),
-        _arg("--features", type=COUNT, default=SYNTHETIC["features"]),
-        _arg("--classes", type=COUNT, default=SYNTHETIC["classes"]),
-        _arg("--train-fraction", type=SHARE, default=SYNTHETIC["train_fraction"]),
-        _arg("--seed", type=INDEX, default=SYNTHETIC["seed"]),
-        OUT)),
+    *(_kind_command(kind) for kind in KINDS.values() if kind.command),
     Command("fetch", "download (or copy) a raw source, checksum-verified", _fetch, (
         _arg("source", help=f"a source name ({', '.join(SOURCES)}) or a URL"),
         _arg("--out", required=True, help="destination file (or folder ending with /)"),
@@ -434,62 +440,6 @@ COMMANDS = (
         _arg("--mirror", help="folder holding the file under its source name (no network)"),
         _arg("--path", help="a local copy of the file (no network)"),
         _arg("--retries", type=INDEX, default=4))),
-    Command("prepare-shakespeare", "LEAF's Shakespeare from the Gutenberg e-book, as HDF5", _alias('prepare-shakespeare'), (
-        _arg("--raw", required=True, help="the e-book: 1994-01-100.zip, 100.txt or a gzipped copy"),
-        *_leaf_options("shakespeare", sampling=(0.2, 0)))),
-    Command("prepare-sent140", "LEAF's Sent140 from Sentiment140 and GloVe, as HDF5", _alias('prepare-sent140'), (
-        _arg("--raw", required=True, help="trainingandtestdata.zip (or one Sentiment140 CSV)"),
-        _arg("--glove", required=True, help="glove.6B.zip (or a GloVe .txt)"),
-        _arg("--dim", type=COUNT, default=300, help="GloVe vector length (the member glove.6B.<dim>d.txt)"),
-        *_leaf_options("sent140", sampling=(0.3, 30)))),
-    Command("prepare-femnist", "FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON or NIST, as HDF5",
-            _alias('prepare-femnist'), (
-        _arg("--json", nargs="+", help="LEAF JSON files or folders (searched recursively)"),
-        _arg("--nist", help="NIST SD19 by_class.zip (instead of --json)"),
-        _arg("--variant", choices=["faithful", "corrected"], default="faithful"),
-        _arg("--allow-reuse", action="store_true",
-             help="build from a pool with fewer than 100 images in a class a-j (refused otherwise: "
-                  "devices would repeat images)"),
-        *_leaf_options("femnist"))),
-    Command("prepare-femnist62", "LEAF's own FEMNIST (62 classes, one device per writer) from LEAF "
-                                 "data folders or NIST, as HDF5", _alias('prepare-femnist62'), (
-        _arg("--json", nargs="+", help="LEAF data folders, each with train/ and test/ (a writer several hold is "
-                                       "taken from the first with its train rows)"),
-        _arg("--nist", nargs=2, metavar=("BY_CLASS", "BY_WRITE"),
-             help="NIST SD19 by_class.zip and by_write.zip (instead of --json), sampled as LEAF does"),
-        _arg("--test-only", choices=["drop", "keep"], default="drop",
-             help="--json: writers with test rows only are dropped (LEAF's read_data) or kept"),
-        *_leaf_options("femnist62", sampling=(0.05, 0, 0.9)))),
-    Command("partition-dirichlet", "a Dirichlet label partition of a dataset's rows into N devices, as HDF5",
-            _alias('partition-dirichlet'), (
-        _arg("--pool", required=True, help="the dataset file whose train and test rows are pooled"),
-        _arg("--devices", type=COUNT, required=True, help="N, the devices the pool is dealt to"),
-        _arg("--alpha", type=POSITIVE, required=True, help="the Dirichlet concentration (above 0)"),
-        _arg("--scheme", choices=SCHEMES, default=PARTITION["scheme"],
-             help="per_class: each class over the devices (flwr-datasets' DirichletPartitioner); per_device: "
-                  f"each device over the classes, equal sizes (Hsu et al. 2019) (default: {PARTITION['scheme']})"),
-        _arg("--min-partition-size", type=COUNT, default=PARTITION["min_partition_size"],
-             help=f"the fewest samples a device may get (default: {PARTITION['min_partition_size']})"),
-        _arg("--self-balancing", action=argparse.BooleanOptionalAction, default=PARTITION["self_balancing"],
-             help="per_class: a device over the mean size gets no more classes (default: on)"),
-        _arg("--max-retries", type=INDEX, default=PARTITION["max_retries"],
-             help="per_class: new draws while a device is under the minimum, then refused "
-                  f"(default: {PARTITION['max_retries']})"),
-        _partition_train_fraction(),
-        PARTITION_SEED,
-        _arg("--repeats", choices=REPEATS, default=PARTITION["repeats"],
-             help="a sample the pool holds more than once: dealt once (drop) or every time (keep; an image "
-                  f"may then train on one device and test on another) (default: {PARTITION['repeats']})"),
-        _arg("--name", default="dirichlet"),
-        OUT)),
-    Command("import-arrays", "a user's .npz of arrays (x, y; optional device, test) as HDF5", _alias('import-arrays'), (
-        _arg("--npz", required=True, help="x: n x d features or n x C x H x W images; y: n integer labels; "
-                                          "device: n device ids (none: a pool, one device); test: n booleans"),
-        _partition_train_fraction(when="without `test`: "),
-        PARTITION_SEED,
-        _arg("--classes", type=COUNT, help="number of classes: labels 0 .. classes - 1 (default: largest label + 1)"),
-        _arg("--name", default="arrays"),
-        OUT)),
     Command("build-dataset", "a dataset entry of any kind (fedsim.kinds, a plugin's among them), by its "
                              "kind's build", _build_dataset, (
         _arg("--entry", required=True, help="the dataset's config entry as JSON: its kind and the kind's keys "
@@ -500,20 +450,6 @@ COMMANDS = (
              help="a file of another of its inputs (a JSON import's train and test, a partition's pool, "
                   "Sent140's glove), once a file"),
         _arg("--name", required=True),
-        OUT)),
-    Command("import-json", "LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5", _alias('import-json'), (
-        _arg("--train", required=True, nargs="+", help="train JSON files or folders (.json, .json.gz)"),
-        _arg("--test", required=True, nargs="+", help="test JSON files or folders"),
-        _arg("--kind", choices=["femnist", "shakespeare", "synthetic"],
-             help="how to read a sample (default: told from the first one)"),
-        _arg("--classes", type=COUNT, help="number of classes (default: the kind's; synthetic: largest label + 1)"),
-        _arg("--order", choices=["sorted", "file"], default="sorted",
-             help="device order: sorted user ids (LEAF's and the authors' read_data) or as the files list them"),
-        _arg("--test-only", choices=["drop", "keep"], default="drop",
-             help="users with test data only: dropped (as LEAF's and the authors' read_data) or kept "
-                  "as devices without train rows"),
-        _arg("--name", required=True),
-        EXPECT_DEVICES,
         OUT)),
     Command("datasets-table", "devices and samples per device of dataset files: datasets.csv", _datasets_table, (
         OUT,

@@ -97,6 +97,22 @@ def pooled_sides(side: int, kernel: int, layers: int, same_padding: bool) -> lis
 
 
 @dataclass(frozen=True)
+class KindCommand:
+    """A kind's own command, `fedsim <name>`: an alias of `fedsim build-dataset` for that kind (fedsim.cli
+    builds it). Its options are the kind's keys (--<key>, or the flag `flags` gives it; a default only
+    the command has in `defaults`), the options in `files` (option -> (the build's input it fills,
+    add_argument's keywords); two filling one input: give one of them), --name (default `dataset_name`;
+    None: required) and --out."""
+
+    name: str
+    help: str
+    files: dict = field(default_factory=dict)
+    flags: dict = field(default_factory=dict)
+    defaults: dict = field(default_factory=dict)
+    dataset_name: str | None = None
+
+
+@dataclass(frozen=True)
 class Kind:
     """What a data kind declares: the KIND of its one file, fedsim/kinds/<name>.py or a plugin's
     kinds/<name>.py (fedsim.kinds reads them). The planning reads everything but `build` at every
@@ -143,6 +159,7 @@ class Kind:
     words: str | None = None
     detail: Callable | None = None
     paper: bool = False     # the paper's kind of data (its findings may stand beside a figure of it)
+    command: KindCommand | None = None  # its own command, kept from before `fedsim build-dataset`
 
     @property
     def samples(self) -> str | None:

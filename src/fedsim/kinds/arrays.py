@@ -3,7 +3,7 @@ integer labels), optional device ids and test marks. Without device ids it is on
 partition deals to devices; MCLR is its default model either way."""
 
 from ..data.arrays import describe
-from ..specs import Kind
+from ..specs import Kind, KindCommand
 
 
 def build(entry, files, out, name):
@@ -22,9 +22,16 @@ def build(entry, files, out, name):
 KIND = Kind(
     "arrays", None,
     keys={"npz": {"type": "string", "minLength": 1},
-          # without `test`: each device's share of train rows
-          "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.9},
-          "seed": {"type": "integer", "minimum": 0, "default": 0},
-          "classes": {"type": "integer", "minimum": 2}},  # labels 0 .. classes - 1 (default: largest label + 1)
+          "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.9,
+                             "description": "without `test`: each device's share of train rows, LEAF's per-user "
+                                            "split"},
+          "seed": {"type": "integer", "minimum": 0, "default": 0, "description": "the split's seed"},
+          "classes": {"type": "integer", "minimum": 2,
+                      "description": "number of classes: labels 0 .. classes - 1 (default: largest label + 1)"}},
     required=("npz",), own_files="npz", model="mclr", describe=lambda entry: describe(entry["npz"]), build=build,
-    mem_mb=8192, runtime=20, words="imported from .npz arrays")
+    mem_mb=8192, runtime=20, words="imported from .npz arrays",
+    command=KindCommand("import-arrays", "a user's .npz of arrays (x, y; optional device, test) as HDF5",
+                        files={"npz": ("raw", dict(required=True, help="x: n x d features or n x C x H x W images; y: "
+                                                                       "n integer labels; device: n device ids (none: "
+                                                                       "a pool, one device); test: n booleans"))},
+                        dataset_name="arrays"))

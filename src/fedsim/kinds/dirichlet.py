@@ -3,7 +3,7 @@
 over the classes (Hsu et al. 2019), fedsim.data.partition. Its samples and model are its pool's."""
 
 from ..data.partition import DEFAULTS, REPEATS, SCHEMES
-from ..specs import Kind
+from ..specs import Kind, KindCommand
 
 PER_CLASS_KEYS = ("self_balancing", "max_retries")  # the per_class scheme's own
 
@@ -48,17 +48,29 @@ def detail(entry) -> str:
 
 KIND = Kind(
     "dirichlet", None,
-    keys={"pool": {"$ref": "#/definitions/name"},   # the entry whose rows are pooled
-          "devices": {"type": "integer", "minimum": 1},
-          "alpha": {"type": "number", "exclusiveMinimum": 0},  # the concentration
-          "scheme": {"type": "string", "enum": list(SCHEMES), "default": DEFAULTS["scheme"]},
-          "min_partition_size": {"type": "integer", "minimum": 1, "default": DEFAULTS["min_partition_size"]},
-          "self_balancing": {"type": "boolean", "default": DEFAULTS["self_balancing"]},
-          "max_retries": {"type": "integer", "minimum": 0, "default": DEFAULTS["max_retries"]},
-          # a sample the pool repeats: dealt once, or every time
-          "repeats": {"type": "string", "enum": list(REPEATS), "default": DEFAULTS["repeats"]},
+    keys={"pool": {"$ref": "#/definitions/name", "description": "the entry whose rows are pooled"},
+          "devices": {"type": "integer", "minimum": 1, "description": "N, the devices the pool is dealt to"},
+          "alpha": {"type": "number", "exclusiveMinimum": 0, "description": "the Dirichlet concentration"},
+          "scheme": {"type": "string", "enum": list(SCHEMES), "default": DEFAULTS["scheme"],
+                     "description": "per_class: each class over the devices (flwr-datasets' DirichletPartitioner); "
+                                    "per_device: each device over the classes, equal sizes (Hsu et al. 2019)"},
+          "min_partition_size": {"type": "integer", "minimum": 1, "default": DEFAULTS["min_partition_size"],
+                                 "description": "the fewest samples a device may get"},
+          "self_balancing": {"type": "boolean", "default": DEFAULTS["self_balancing"],
+                             "description": "per_class: a device over the mean size gets no more classes"},
+          "max_retries": {"type": "integer", "minimum": 0, "default": DEFAULTS["max_retries"],
+                          "description": "per_class: new draws while a device is under the minimum, then refused"},
+          "repeats": {"type": "string", "enum": list(REPEATS), "default": DEFAULTS["repeats"],
+                      "description": "a sample the pool holds more than once: dealt once (drop) or every time "
+                                     "(keep; an image may then train on one device and test on another)"},
           "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
-                             "default": DEFAULTS["train_fraction"]},
-          "seed": {"type": "integer", "minimum": 0, "default": DEFAULTS["seed"]}},
+                             "default": DEFAULTS["train_fraction"],
+                             "description": "each device's share of train rows, LEAF's per-user split"},
+          "seed": {"type": "integer", "minimum": 0, "default": DEFAULTS["seed"], "description": "the deal's seed"}},
     required=("pool", "alpha", "devices"), pools=True, poolable=False, built=True, build=build, reads=reads,
-    check_pool=check_pool, mem_mb=8192, runtime=30, words="Dirichlet label partitions", detail=detail)
+    check_pool=check_pool, mem_mb=8192, runtime=30, words="Dirichlet label partitions", detail=detail,
+    command=KindCommand("partition-dirichlet", "a Dirichlet label partition of a dataset's rows into N devices, "
+                                               "as HDF5",
+                        files={"pool": ("pool", dict(required=True, help="the dataset file whose train and test "
+                                                                         "rows are pooled"))},
+                        dataset_name="dirichlet"))

@@ -1,8 +1,8 @@
 """FedProx's FEMNIST: 200 devices of 3 of the letters a-j each (their my_sample.py,
 fedsim.data.leaf.femnist), from a pool of LEAF JSON files or folders (`json`) or NIST's by_class.zip."""
 
-from ..specs import Kind
-from ._leaf import DEVICES, FILES, SEED
+from ..specs import Kind, KindCommand
+from ._leaf import DEVICES, FILES, FLAGS, SEED
 
 
 def build(entry, files, out, name):
@@ -25,9 +25,17 @@ def build(entry, files, out, name):
 
 KIND = Kind("femnist", "femnist",
             keys={"json": FILES,  # LEAF JSON files or folders (searched recursively); else NIST's by_class.zip
-                  "variant": {"type": "string", "enum": ["faithful", "corrected"], "default": "faithful"},
-                  # build from fewer than 100 images in a class a-j (devices would repeat images)
-                  "allow_reuse": {"type": "boolean", "default": False},
+                  "variant": {"type": "string", "enum": ["faithful", "corrected"], "default": "faithful",
+                              "description": "my_sample.py as the authors ran it, or corrected"},
+                  "allow_reuse": {"type": "boolean", "default": False,
+                                  "description": "build from a pool with fewer than 100 images in a class a-j "
+                                                 "(refused otherwise: devices would repeat images)"},
                   "seed": SEED, "devices": DEVICES},
             sources={"raw": ("nist_by_class",)}, own_files="json", built=True, build=build, mem_mb=4096, runtime=30,
-            words="LEAF's FEMNIST (the paper's: 10 letters)", paper=True)
+            words="LEAF's FEMNIST (the paper's: 10 letters)", paper=True,
+            command=KindCommand("prepare-femnist", "FedProx's FEMNIST (a-j, 200 devices) from LEAF JSON or NIST, "
+                                                   "as HDF5",
+                                files={"json": ("raw", dict(nargs="+", help="LEAF JSON files or folders (searched "
+                                                                            "recursively)")),
+                                       "nist": ("raw", dict(help="NIST SD19 by_class.zip (instead of --json)"))},
+                                flags=FLAGS, dataset_name="femnist"))

@@ -3,8 +3,8 @@ folders (`json`, each with train/ and test/; a writer several hold taken from th
 train rows) or from NIST's by_class.zip and by_write.zip, sampled as LEAF does (its small FEMNIST:
 preprocess.sh -s niid --sf 0.05 -k 0 -t sample)."""
 
-from ..specs import Kind
-from ._leaf import FILES, SAMPLING_KEYS, TEST_ONLY, sampled, sampling, sampling_keys
+from ..specs import Kind, KindCommand
+from ._leaf import FILES, FLAGS, SAMPLING_KEYS, TEST_ONLY, sampled, sampling, sampling_keys
 
 
 def build(entry, files, out, name):
@@ -31,4 +31,13 @@ def reads(entry):
 KIND = Kind("femnist62", "femnist",
             keys={**sampling_keys(0.05, 0, 0.9), "json": FILES, "test_only": TEST_ONLY},
             sources={"raw": ("nist_by_class", "nist_by_write")}, own_files="json", built=True, build=build,
-            reads=reads, mem_mb=8192, runtime=120, words="LEAF's FEMNIST (62 classes)")
+            reads=reads, mem_mb=8192, runtime=120, words="LEAF's FEMNIST (62 classes)",
+            command=KindCommand("prepare-femnist62", "LEAF's own FEMNIST (62 classes, one device per writer) from "
+                                                     "LEAF data folders or NIST, as HDF5",
+                                files={"json": ("raw", dict(nargs="+", help="LEAF data folders, each with train/ and "
+                                                                            "test/ (a writer several hold is taken "
+                                                                            "from the first with its train rows)")),
+                                       "nist": ("raw", dict(nargs=2, metavar=("BY_CLASS", "BY_WRITE"),
+                                                            help="NIST SD19 by_class.zip and by_write.zip (instead "
+                                                                 "of --json), sampled as LEAF does"))},
+                                flags=FLAGS, dataset_name="femnist62"))

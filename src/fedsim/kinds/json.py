@@ -1,8 +1,8 @@
 """LEAF-format JSON train and test files or folders (LEAF's, or the FedProx authors' released
 data/), imported as they are (fedsim.data.leaf.leafjson): what one sample is, its file tells."""
 
-from ..specs import Kind
-from ._leaf import DEVICES, FILES, TEST_ONLY
+from ..specs import Kind, KindCommand
+from ._leaf import DEVICES, FILES, FLAGS, TEST_ONLY
 
 
 def build(entry, files, out, name):
@@ -24,10 +24,20 @@ def build(entry, files, out, name):
 KIND = Kind(
     "json", None,
     keys={"train": FILES, "test": FILES,
-          "order": {"type": "string", "enum": ["sorted", "file"], "default": "sorted"},  # sorted user ids or file order
-          "test_only": TEST_ONLY,  # users with test rows only: dropped (LEAF's read_data) or kept
-          "classes": {"type": "integer", "minimum": 2}, "devices": DEVICES,
-          # how to read a sample (default: told from the first one)
-          "sample_kind": {"type": "string", "enum": ["femnist", "shakespeare", "synthetic"]}},
+          "order": {"type": "string", "enum": ["sorted", "file"], "default": "sorted",
+                    "description": "device order: sorted user ids (LEAF's and the authors' read_data) or as the "
+                                   "files list them"},
+          "test_only": TEST_ONLY,
+          "classes": {"type": "integer", "minimum": 2,
+                      "description": "number of classes (default: LEAF's for the samples; synthetic: largest "
+                                     "label + 1)"},
+          "devices": DEVICES,
+          "sample_kind": {"type": "string", "enum": ["femnist", "shakespeare", "synthetic"],
+                          "description": "how to read a sample (default: told from the first one)"}},
     required=("train", "test"), named_files=("train", "test"), build=build, mem_mb=4096, runtime=20,
-    words="imported from LEAF-format JSON files", paper=True)  # paper: the authors released their data as LEAF JSON
+    words="imported from LEAF-format JSON files", paper=True,
+    command=KindCommand("import-json", "LEAF-format JSON (LEAF's, or FedProx's released data) as HDF5",
+                        files={"train": ("train", dict(required=True, nargs="+", help="train JSON files or folders "
+                                                                                      "(.json, .json.gz)")),
+                               "test": ("test", dict(required=True, nargs="+", help="test JSON files or folders"))},
+                        flags={**FLAGS, "sample_kind": "--kind"}))  # paper: the authors released their data as LEAF JSON

@@ -1,15 +1,16 @@
 """Synthetic(alpha, beta) of the FedProx paper (or its IID set), generated from a seed
 (fedsim.data.synthetic); the config's top-level `synthetic:` holds the settings its entries share."""
 
-from ..specs import Kind
+from ..specs import Kind, KindCommand
 from ..data.synthetic import DEFAULTS, MEAN_SAMPLES
 
 SHARED_KEYS = {  # the config's `synthetic:` (an entry may set its own)
-    "devices": {"type": "integer", "minimum": 1},
-    "features": {"type": "integer", "minimum": 1},
-    "classes": {"type": "integer", "minimum": 2},
-    "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1},
-    "seed": {"type": "integer", "minimum": 0},
+    "devices": {"type": "integer", "minimum": 1, "description": "the devices"},
+    "features": {"type": "integer", "minimum": 1, "description": "a sample's features"},
+    "classes": {"type": "integer", "minimum": 2, "description": "the classes"},
+    "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
+                       "description": "each device's share of train rows"},
+    "seed": {"type": "integer", "minimum": 0, "description": "the generator's seed"},
 }
 
 
@@ -40,9 +41,12 @@ def detail(entry) -> str:
 
 KIND = Kind(
     "synthetic", "synthetic",
-    keys={"iid": {"type": "boolean"}, "alpha": {"type": "number", "minimum": 0},
-          "beta": {"type": "number", "minimum": 0}},
+    keys={"iid": {"type": "boolean", "description": "the IID set (alpha and beta 0)"},
+          "alpha": {"type": "number", "minimum": 0, "description": "how much the devices' models differ"},
+          "beta": {"type": "number", "minimum": 0, "description": "how much the devices' data differ"}},
     required=("iid", "alpha", "beta"), build=build, check=check, size_gb=size_gb,
     mem_mb=1024, runtime=10, mclr_device_epoch_s=0.00025,
     words="generated as in the FedProx paper", detail=detail, paper=True,
+    command=KindCommand("generate-synthetic", "write a Synthetic(alpha, beta) dataset as HDF5",
+                        defaults={"alpha": 0.0, "beta": 0.0}),
     shared="synthetic", shared_keys={key: {**rule, "default": DEFAULTS[key]} for key, rule in SHARED_KEYS.items()})
