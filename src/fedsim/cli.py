@@ -402,8 +402,10 @@ def _key_option(kind, key: str, rule: dict) -> tuple:
     command = kind.command
     default = command.defaults.get(key, rule.get("default"))
     keywords = {"dest": key, "help": rule.get("description", "")}
-    if rule.get("type") == "boolean":
-        keywords.update(action=argparse.BooleanOptionalAction, default=True) if default else \
+    if rule.get("type") == "boolean":  # off by default: a switch; on: --key / --no-key
+        if default:
+            keywords.update(action=argparse.BooleanOptionalAction, default=True)
+        else:
             keywords.update(action="store_true")
         return _arg(command.flags.get(key, "--" + key.replace("_", "-")), **keywords)
     keywords |= {"choices": rule["enum"]} if "enum" in rule else {}

@@ -10,6 +10,7 @@ No torch: the planning reads the kinds at every snakemake call (a kind's build i
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -78,8 +79,6 @@ def kind_of(name) -> Kind:
 
 
 def _plugins_text() -> str:
-    import os
-
     value = os.environ.get(PLUGINS_ENV)
     return f"{PLUGINS_ENV}={value}" if value else "unset"
 
