@@ -45,7 +45,6 @@ try:  # faster on LEAF's big float lists; plain json otherwise
 except ImportError:  # pragma: no cover
     _loads = json.loads
 
-KINDS = ("femnist", "shakespeare", "sent140", "synthetic")
 ORDERS = ("sorted", "file")
 TEST_ONLY = ("drop", "keep")
 DUPLICATES = ("merge", "first")
@@ -149,16 +148,19 @@ def guess_kind(x):
     raise ValueError(f"cannot tell the LEAF dataset from a sample x of type {type(x).__name__}")
 
 
-def _convert(kind, xs, ys):
-    """One user's LEAF x/y lists -> (x array, y int64 array) for femnist, shakespeare or synthetic."""
-    if kind == "femnist":
-        check_sample_lengths(xs, 784, "values", " (a 28x28 image)")
-        return np.asarray(xs, np.float32).reshape(-1, 784), _integer_labels(ys)
-    if kind == "synthetic":
-        if len(xs) and isinstance(xs[0], list):
-            check_sample_lengths(xs, len(xs[0]), "features", " (as its first sample)")
-        x = np.asarray(xs, np.float32).reshape(len(ys), -1) if len(ys) else np.zeros((0, 0), np.float32)
-        return x, _integer_labels(ys)
+def _femnist_arrays(xs, ys):
+    check_sample_lengths(xs, 784, "values", " (a 28x28 image)")
+    return np.asarray(xs, np.float32).reshape(-1, 784), _integer_labels(ys)
+
+
+def _synthetic_arrays(xs, ys):
+    if len(xs) and isinstance(xs[0], list):
+        check_sample_lengths(xs, len(xs[0]), "features", " (as its first sample)")
+    x = np.asarray(xs, np.float32).reshape(len(ys), -1) if len(ys) else np.zeros((0, 0), np.float32)
+    return x, _integer_labels(ys)
+
+
+def _shakespeare_arrays(xs, ys):
     from .shakespeare import SEQ_LEN, encode
     check_sample_lengths(xs, SEQ_LEN, "characters")
     check_sample_lengths(ys, 1, "characters", " (the next one)")
@@ -174,16 +176,16 @@ def check_sample_lengths(xs, length, unit, note=""):
             raise ValueError(f"sample {i} has {got} {unit}, expected {length}{note}")
 
 
-def _convert_user(kind, num_classes, user, xs, ys, files):
-    """_convert for one user's rows of one split; a bad sample or label is a one-line ValueError
-    naming the user's files and the user."""
+def _convert_user(arrays, classes, user, xs, ys, files):
+    """One user's rows of one split as arrays (x, int64 y) by `arrays` (a sample format's), labels held
+    to 0..classes-1 (None: not checked); a bad sample or label is a one-line ValueError naming the
+    user's files and the user."""
     try:
-        x, y = _convert(kind, xs, ys)
+        x, y = arrays(xs, ys)
         bad = first_non_finite_row(x)  # a NaN, or a number float32 cannot hold: a run would read it as divergence
         if bad is not None:
             raise ValueError(f"sample {bad} holds {x[bad][~np.isfinite(x[bad])][0]} (as float32): every value "
                              "must be finite")
-        classes = num_classes or {"femnist": 62}.get(kind)
         if classes is not None and len(y) and (y.min() < 0 or y.max() >= classes):
             i = np.flatnonzero((y < 0) | (y >= classes))[0]
             raise ValueError(f"sample {i} has label {y[i]}, outside 0..{classes - 1}")
@@ -208,6 +210,40 @@ def _sent140_label(v):
     return (1 if v == "4" else 0) if isinstance(v, str) else int(v)
 
 
+# Each LEAF sample format read into rows: (blocks, default classes, a sample's shape, x's dtype, extra
+# arrays of the file, provenance), from the users' (user, xs, ys, files) blocks
+def _read_femnist(blocks_in, num_classes, **_):
+    return [_convert_user(_femnist_arrays, num_classes or 62, *b) for b in blocks_in], 62, (784,), np.float32, None, {}
+
+
+def _read_shakespeare(blocks_in, num_classes, **_):
+    from .shakespeare import ALPHABET, SEQ_LEN
+    blocks = [_convert_user(_shakespeare_arrays, num_classes, *b) for b in blocks_in]
+    return blocks, len(ALPHABET), (SEQ_LEN,), np.uint8, None, {}
+
+
+def _read_synthetic(blocks_in, num_classes, **_):
+    blocks = [_convert_user(_synthetic_arrays, num_classes, *b) for b in blocks_in]
+    widths = {b[0].shape[1] for b in blocks if len(b[0])}
+    if len(widths) != 1:
+        raise ValueError(f"samples have different numbers of features: {sorted(widths)}")
+    labels = [b[1].max() for b in blocks if len(b[1])]
+    shape = (widths.pop(),)
+    return [(b[0].reshape(-1, *shape), b[1]) for b in blocks], int(max(labels)) + 1, shape, np.float32, None, {}
+
+
+def _read_sent140(blocks_in, num_classes, *, glove, glove_dim, max_words):
+    from .sent140 import embed_and_tokenize
+    ids, extras, info = embed_and_tokenize([[r[4] for r in b[1]] for b in blocks_in], glove, dim=glove_dim,
+                                           max_words=max_words)
+    blocks = [(a, np.array([_sent140_label(v) for v in b[2]], np.int64)) for a, b in zip(ids, blocks_in)]
+    return blocks, 2, (max_words,), np.int32, extras, info
+
+
+FORMATS = {"femnist": _read_femnist, "shakespeare": _read_shakespeare, "sent140": _read_sent140,
+           "synthetic": _read_synthetic}
+
+
 def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes=None, glove=None,
                      glove_dim=300, max_words=25, order="sorted", test_only="drop", duplicates="merge"):
     """Convert LEAF train/test JSON (files or folders) into one dataset file; returns its provenance.
@@ -226,36 +262,18 @@ def import_leaf_json(train, test, out_path, *, kind=None, name=None, num_classes
     if not users:
         raise ValueError(f"no users in {train} / {test}")
     kind = kind or guess_kind(next(xs[0] for s in splits for xs, _, _ in s.values() if xs))
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    if kind not in FORMATS:
+        raise ValueError(f"kind: expected one of {tuple(FORMATS)}, got {kind!r}")
     # per user, train rows then test rows
     blocks_in = [(u, *s.get(u, ([], [], []))) for u in users for s in splits]
-    xs, ys = [b[1] for b in blocks_in], [b[2] for b in blocks_in]
+    ys = [b[2] for b in blocks_in]
     provenance = dict(generator="fedsim.leaf.leafjson", source="LEAF JSON", train=str(train), test=str(test),
                       user_order=order, test_only_devices=len(only_test), test_only=test_only)
     if duplicates != "merge":  # files of the merge rule keep their provenance (and bytes)
         provenance.update(duplicates=duplicates, users_in_several_sources=repeated)
-    extras = None
-    if kind == "sent140":
-        from .sent140 import embed_and_tokenize
-        ids, extras, info = embed_and_tokenize([[r[4] for r in x] for x in xs], glove, dim=glove_dim,
-                                               max_words=max_words)
-        blocks = [(a, np.array([_sent140_label(v) for v in y], np.int64)) for a, y in zip(ids, ys)]
-        default_classes, shape, dtype = 2, (max_words,), np.int32
-        provenance.update(info)
-    else:
-        from .shakespeare import ALPHABET, SEQ_LEN
-        blocks = [_convert_user(kind, num_classes, *b) for b in blocks_in]
-        if kind == "synthetic":
-            widths = {b[0].shape[1] for b in blocks if len(b[0])}
-            if len(widths) != 1:
-                raise ValueError(f"samples have different numbers of features: {sorted(widths)}")
-            labels = [b[1].max() for b in blocks if len(b[1])]
-            default_classes, shape, dtype = int(max(labels)) + 1, (widths.pop(),), np.float32
-            blocks = [(b[0].reshape(-1, *shape), b[1]) for b in blocks]
-        else:
-            default_classes, shape, dtype = (62, (784,), np.float32) if kind == "femnist" else \
-                (len(ALPHABET), (SEQ_LEN,), np.uint8)
+    blocks, default_classes, shape, dtype, extras, info = FORMATS[kind](
+        blocks_in, num_classes, glove=glove, glove_dim=glove_dim, max_words=max_words)
+    provenance.update(info)
     rows = [tuple(np.concatenate(p) for p in zip(blocks[2 * k], blocks[2 * k + 1])) for k in range(len(users))]
     parts = [(np.arange(len(ys[2 * k])), np.arange(len(ys[2 * k]), len(rows[k][1]))) for k in range(len(users))]
     write_partition(out_path, name=name or f"{kind}_leaf", kind=kind, num_classes=num_classes or default_classes,
