@@ -52,13 +52,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedsim.planning import calibration  # noqa: E402
 from fedsim.planning import cost  # noqa: E402
+from fedsim.data.leaf.stats import PAPER_TABLE  # noqa: E402
 from fedsim.core.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop  # noqa: E402
 from fedsim.models.char_lstm import CharLSTM  # noqa: E402
 from fedsim.models.sent140_lstm import Sent140LSTM  # noqa: E402
 from fedsim.methods import LocalProblem  # noqa: E402
 from peak import fma_peak  # noqa: E402
 
-MEAN_SAMPLES = {"shakespeare": 3616, "sent140": 53}
+MEAN_SAMPLES = {kind: PAPER_TABLE[kind]["mean"] for kind in ("shakespeare", "sent140")}
 
 
 def make(dataset: str, clients: int, samples: int, device, seed=0):

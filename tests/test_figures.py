@@ -6,6 +6,7 @@ from pathlib import Path
 
 import matplotlib.collections
 import matplotlib.colors
+import matplotlib.legend
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 import numpy as np
 import pandas as pd
@@ -277,6 +278,31 @@ def test_tuning_figure_marks_the_chosen_mu_and_diverged_runs(tmp_path, drawn):
     assert any(line.get_marker() == "x" and list(line.get_xdata()) == [0] for line in axes[1].get_lines())
 
 
+def test_tuning_curves_on_one_another_are_rings_named_under_the_panel_and_the_marks_have_keys(tmp_path, drawn):
+    """FedDANE's variants on IID data tune to within a marker of FedDANE: each is drawn as a wider hollow ring
+    around FedDANE's points and a note under the panel names them; the legend keys the star and the cross."""
+    near = {"feddane": [3, 2, 2, 2, 1.0], "feddane_decayed": [3, 2, 2, 2, 1.005],
+            "feddane_pipelined": [3, 2, 2, 2, 0.998], "feddane_authors": [3, 2, 2, 2, 0.6]}
+    as_run = {m: dict(method=m) for m in near} | {"feddane_authors": dict(method="feddane", correction="authors")}
+    runs = [fake_run(tmp_path, mu=mu, losses=[*losses[:4], losses[4] * (1 + mu)], **as_run[m])
+            for m, losses in near.items() for mu in (0, 0.1, 1)]
+    runs.append(fake_run(tmp_path, mu=10, losses=BLOWUP[:2] + [math.inf] * 3, **as_run["feddane_authors"]))
+    tuned = pd.DataFrame([{"dataset": "synthetic_0_0", "method": m, "clients_per_round": 10, "epochs": 20,
+                           "rounds": 4, "chosen": 0} for m in near])
+    figures.tuning_figure(runs, tuned, tmp_path / "t.pdf", fraction=0.5)
+    ax = drawn[0].axes[0]
+    curves = lines(ax)
+    assert curves["FedDANE"].get_markerfacecolor() != "none" and curves["FedDANE, authors' code"].get_markersize() == 3
+    rings = [curves[label] for label in ("FedDANE, decayed", "FedDANE, pipelined")]
+    assert all(ring.get_markerfacecolor() == "none" for ring in rings)
+    assert sorted(ring.get_markersize() for ring in rings) == [5.5, 8.0]
+    notes = [a for a in ax.artists if isinstance(a, matplotlib.legend.Legend)]
+    assert [n.get_title().get_text() for n in notes] == [
+        "within a marker of FedDANE:\n  FedDANE, decayed\n  FedDANE, pipelined"]
+    keys = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert keys[-2:] == ["chosen value", "diverged (at the top edge)"] and "FedDANE, decayed" in keys
+
+
 def test_a_tuned_lr_is_drawn_at_its_choice_and_along_its_own_axis(tmp_path, drawn):
     """With an lr grid, a curve shows its method at the chosen (value, lr) pair, its legend naming the lr;
     the tuning figure gives each dataset a client-lr column beside mu's: FedDANE's row has its mu and its
@@ -294,7 +320,7 @@ def test_a_tuned_lr_is_drawn_at_its_choice_and_along_its_own_axis(tmp_path, draw
     mu_panel, dane_lr, blank, avg_lr = drawn[1].axes
     assert [ax.get_xlabel() for ax in (mu_panel, dane_lr, avg_lr)] == ["μ", "client lr", "client lr"]
     assert set(lines(mu_panel)) == set(lines(dane_lr)) == {"FedDANE"} and set(lines(avg_lr)) == {"FedAvg"}
-    assert not blank.axison and [t.get_text() for t in blank.get_legend().get_texts()] == ["FedAvg"]
+    assert not blank.axison and [t.get_text() for t in blank.get_legend().get_texts()] == ["FedAvg", "chosen value"]
     assert list(lines(mu_panel)["FedDANE"].get_ydata()) == [1.45, 2.0]  # at lr 0.1, the chosen (tails of 2 rounds)
     assert list(lines(dane_lr)["FedDANE"].get_ydata()) == [1.75, 1.45]  # at mu 0.1, the chosen
     stars = {(ax.get_xlabel(), line.get_color()): line.get_xdata()[0] for ax in (mu_panel, dane_lr, avg_lr)

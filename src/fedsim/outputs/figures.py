@@ -582,8 +582,9 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
     columns = [(name, kind) for name in datasets for kind in axes_of]
     fig, axes = plt.subplots(len(rows), len(columns), figsize=(3.4 * len(columns), 3.0 * len(rows)),
                              squeeze=False)
+    extra_in = 0.0  # inches added below the rows that have a note under a panel
     for row, (setting, variants) in enumerate(rows):
-        shown = []
+        shown, notes = [], []
         for ax, (name, kind) in zip(axes[row], columns):
             axis_name = setting if kind == "setting" else "lr"
             if axis_name is None:  # the row of methods tuned over their lr alone: no setting's panel
@@ -592,7 +593,7 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
             data = profiles[(profiles["dataset"] == name) & (profiles["axis"] == axis_name)
                             & profiles["variant"].isin(variants)]
             if len(data):
-                _tuning_panel(ax, data)
+                notes.append((ax, _tuning_panel(ax, data)))
             ax.set_title(dataset_title(first[name]), fontsize=10)
             ax.set_xlabel("client lr" if axis_name == "lr" else SYMBOLS.get(axis_name, axis_name))
             shown.append(ax)
@@ -600,9 +601,13 @@ def tuning_figure(info_paths, tuned: pd.DataFrame, out, fraction: float, methods
             handles = {}
             for each in shown:
                 handles.update(zip(*reversed(each.get_legend_handles_labels())))
+            handles.update(_marker_keys(shown))
             axes[row][0].legend(handles.values(), handles.keys(), fontsize=7, framealpha=0.8, edgecolor="none",
                                 **({"loc": "center"} if setting is None else {}))
         shown[0].set_ylabel(f"training loss, last {fraction:g} of rounds")
+        lines = [_coincidence_note(ax, on) for ax, on in notes if on]
+        extra_in += 7 * 1.4 * max(lines) / 72 if lines else 0  # (the x label's room holds its drop)
+    fig.set_size_inches(fig.get_figwidth(), fig.get_figheight() + extra_in)
     save(fig, out)
 
 
@@ -639,17 +644,32 @@ def tuning_profiles(scores: pd.DataFrame, tuned: pd.DataFrame | None) -> pd.Data
     return pd.concat(parts, ignore_index=True)
 
 
-def _tuning_panel(ax, data: pd.DataFrame) -> None:
-    """One dataset's tuning curves along one axis (a setting, or the client lr)."""
+def _tuning_panel(ax, data: pd.DataFrame) -> dict:
+    """One dataset's tuning curves along one axis (a setting, or the client lr). A curve within a marker of
+    an earlier one at every point (FedDANE's variants on IID data) is drawn as rings around that one's
+    points; returned: {the earlier curve's label: the labels of those drawn on it}, for _coincidence_note."""
     finite = data.loc[np.isfinite(data["score"]), "score"]
     top = 2 * finite.max() if len(finite) else 10.0
+    _grid_axis(ax, sorted(data["x"].unique()))
+    dead = not np.isfinite(data["score"]).all()
+    _score_axis(ax, [*finite, *([top] if dead else [])])
     # a method tuned in several settings (K, E) of the panel: a line and a colour per setting
     several = data.groupby("variant")[["clients_per_round", "epochs", "rounds"]].nunique().max().max() > 1
+    drawn = {}  # label -> its points' heights (axes fraction), of the curves not drawn on another
+    on = {}  # label of such a curve -> the labels of those drawn on it
     for (variant, k, e, rounds), group in data.groupby(["variant", "clients_per_round", "epochs", "rounds"]):
         stats = group.groupby("x")["score"].agg(["mean", "min", "max"])
         label = LABELS[variant] + (f", K={k}, E={e}" if several else "")
         style = dict(color=COLORS[variant], ls=LINESTYLES[variant]) if not several else {}
-        line = ax.plot(stats.index, stats["mean"].clip(upper=top), marker="o", ms=3, label=label, **style)[0]
+        style.update(marker="o", ms=3)
+        heights = pd.Series(_axes_heights(ax, stats["mean"].clip(upper=top)), index=stats.index)
+        under = next((first for first, seen in drawn.items() if _within_a_marker(seen, heights)), None)
+        if under is None:
+            drawn[label] = heights
+        else:
+            on.setdefault(under, []).append(label)
+            style.update(ms=3 + 2.5 * len(on[under]), mfc="none")
+        line = ax.plot(stats.index, stats["mean"].clip(upper=top), label=label, **style)[0]
         ax.fill_between(stats.index, stats["min"].clip(upper=top), stats["max"].clip(upper=top),
                         color=line.get_color(), alpha=0.2, lw=0)
         dead = stats.index[~np.isfinite(stats["max"])]
@@ -658,11 +678,50 @@ def _tuning_panel(ax, data: pd.DataFrame) -> None:
         chosen = group.loc[group["chosen"], "x"].unique()
         if len(chosen):
             ax.plot(chosen[0], min(stats.loc[chosen[0], "mean"], top), "*", color=line.get_color(), ms=13)
-    _grid_axis(ax, sorted(data["x"].unique()))
-    dead = not np.isfinite(data["score"]).all()
-    _score_axis(ax, [*finite, *([top] if dead else [])])
     if several:  # labels and colours differ by panel: each its own legend
         ax.legend(fontsize=7, framealpha=0.8, edgecolor="none")
+    return on
+
+
+MARKER_HEIGHT = 0.02  # of a tuning panel's height: about its points' marker (3 pt of ~150)
+
+
+def _axes_heights(ax, values) -> np.ndarray:
+    """Where values fall on the panel's y axis, as a fraction of its height (log axes included)."""
+    points = np.column_stack([np.ones(len(values)), np.asarray(values, dtype=float)])
+    return ax.transLimits.transform(ax.transScale.transform(points))[:, 1]
+
+
+def _within_a_marker(a: pd.Series, b: pd.Series) -> bool:
+    """Whether two curves' points (axes fractions) all lie within a marker of each other: one hides the other."""
+    return a.index.equals(b.index) and bool(np.all(np.abs(a.to_numpy() - b.to_numpy()) <= MARKER_HEIGHT))
+
+
+MARKER_KEYS = {"*": "chosen value", "x": "diverged (at the top edge)"}  # the tuning panels' marks
+
+
+def _marker_keys(axes) -> dict:
+    """Legend keys for the marks the panels hold (a star at a chosen value, a cross for a diverged run), in grey."""
+    from matplotlib.lines import Line2D
+
+    marks = {line.get_marker() for ax in axes for line in ax.get_lines()}
+    return {text: Line2D([], [], ls="none", marker=mark, color="0.35", ms=8 if mark == "*" else 6)
+            for mark, text in MARKER_KEYS.items() if mark in marks}
+
+
+def _coincidence_note(ax, on: dict) -> int:
+    """Names the curves drawn on others, below the panel, under its x label (as the curves' figures place
+    their legends): inside, it would cover a curve or the row's legend. Returns its number of lines."""
+    from matplotlib.legend import Legend
+
+    text = "\n".join(f"within a marker of {first}:" + "".join(f"\n  {label}" for label in labels)
+                     for first, labels in on.items())
+    below = transforms.offset_copy(ax.transAxes, fig=ax.figure, y=-LEGEND_DROP_PT, units="points")
+    note = Legend(ax, [], [], loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, frameon=False,
+                  borderaxespad=0, title=text, title_fontsize=7, alignment="left")
+    ax.add_artist(note)
+    note.set_clip_on(False)  # (add_artist clips to the axes: the layout would then leave it no room)
+    return text.count("\n") + 1
 
 
 def _grid_axis(ax, grid: list[float]) -> None:

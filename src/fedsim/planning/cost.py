@@ -46,6 +46,7 @@ from ..specs import model_spec
 from .jobs import train_device
 from ..methods import ENTRIES
 from ..core.settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
+from ..data.leaf.stats import PAPER_TABLE  # the paper's Table 1: devices, samples, mean and stdev a device
 from ..core.steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.planning.cost.local_steps as before)
 
 # CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`; CPU
@@ -67,8 +68,6 @@ GPU_REFERENCE = {
 }
 CALIBRATION_FILE = "cost_calibration.json"  # under <results_dir>/benchmarks/
 CALIBRATION_ENV = "FEDSIM_COST_CALIBRATION"  # the workflow names that file to its jobs here
-# The paper's Table 1: devices, mean and stdev of samples per device
-PAPER_TABLE = {"shakespeare": (143, 3616, 6808), "sent140": (772, 53, 32)}
 DEFAULT_TRAIN_FRACTION = 0.8  # LEAF's --tf, the builders' default
 GRAD_BATCH, GRAD_BATCHES = 50, 4  # as fedsim.models._lstm: a full local gradient reads at most 200 rows
 DAY_S = 86400.0
@@ -122,7 +121,8 @@ class DatasetCost:
 def table_sizes(kind: str, devices: int | None = None, train_fraction: float = DEFAULT_TRAIN_FRACTION) -> Sizes:
     """Sizes from the paper's Table 1: `devices` (default: the paper's) lognormal quantiles with
     the table's mean and stdev, each device split train / test by `train_fraction`."""
-    paper_devices, mean, sd = PAPER_TABLE[kind]
+    paper = PAPER_TABLE[kind]
+    paper_devices, mean, sd = paper["devices"], paper["mean"], paper["stdev"]
     n = devices or paper_devices
     sigma2 = math.log1p((sd / mean) ** 2)
     mu = math.log(mean) - sigma2 / 2
