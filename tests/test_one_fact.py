@@ -268,3 +268,29 @@ def test_synthetic_mean_device_size_is_the_generators():
     sizes = synthetic.device_sizes(np.random.default_rng(0), 2_000_000)
     assert abs(sizes.mean() - synthetic.MEAN_SAMPLES) < 0.03 * synthetic.MEAN_SAMPLES
 
+
+
+def test_figure_metrics_are_the_styles():
+    """The metrics a figure draws are fedsim.outputs.styles.METRICS: `fedsim figure1 --metric`'s choices
+    derive from it, the workflow's final targets too (common.smk), and the figure rule, whose outputs are
+    written out, draws each metric but the default training loss as a companion file."""
+    from fedsim.outputs import styles
+
+    assert command("figure1")._option_string_actions["--metric"].choices == list(styles.METRICS)
+    rule = (REPO / "workflow" / "rules" / "figures.smk").read_text().split("rule figure:", 1)[1].split("\nrule ", 1)[0]
+    for metric in styles.METRICS:
+        if metric != "train_loss":
+            assert f'metric="{metric}"' in rule and f"--metric {metric}" in rule, metric
+
+
+def test_cost_gradient_rows_are_the_lstms():
+    """The cost model prices a full local gradient of an LSTM by the rows the model reads (at most
+    GRAD_BATCHES batches of GRAD_BATCH): the planner cannot import torch, so its copy is tied here."""
+    import numpy as np
+
+    from fedsim.models import _lstm
+    from fedsim.planning import cost
+
+    sizes = np.arange(0, 1000)
+    assert (cost.GRAD_BATCH, cost.GRAD_BATCHES) == (_lstm.GRAD_BATCH, _lstm.GRAD_BATCHES)
+    np.testing.assert_array_equal(cost.grad_rows(sizes), _lstm.LSTMModel.gradient_rows(None, sizes))

@@ -45,7 +45,7 @@ from .methods import ENTRIES
 from .planning.progress import PROGRESS_ENV, PROGRESS_SECONDS, progress_seconds
 from .core.settings import NEEDS_MU, TAIL_FRACTION, Check, RunConfig, given_config
 from .core.stopping import StopSignals, Stopped, exit_status
-from .outputs.styles import LEGEND
+from .outputs.styles import LEGEND, METRICS
 
 
 def _number(check: Check):
@@ -368,7 +368,7 @@ def _tuned_methods_option() -> tuple:
 
 FIGURE_ARGUMENTS = (
     _arg("--tuned", help="chosen_settings.csv: shows FedDANE at the chosen mu where the runs hold several"),
-    _arg("--metric", choices=["train_loss", "test_acc"], default="train_loss"),
+    _arg("--metric", choices=list(METRICS), default="train_loss"),
     _arg("--x-axis", choices=["rounds", "communication_rounds"], default="rounds",
          help="communication_rounds counts FedDANE's two per round"),
     FIGURE_OUT, RUNS)

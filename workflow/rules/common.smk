@@ -32,6 +32,7 @@ from fedsim.planning.experiments import ConfigError  # noqa: E402
 from fedsim.kinds import BUILT_KINDS, KINDS  # noqa: E402
 from fedsim.planning.progress import PROGRESS_ENV  # noqa: E402
 from fedsim.methods import ENTRIES  # noqa: E402
+from fedsim.outputs.styles import METRICS  # noqa: E402
 
 try:
     SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))
@@ -230,7 +231,7 @@ def figure_experiments(theory=False):
             if "figure" in exp and (exp["figure"] == "theory") == theory]
 
 
-FIGURE_METRICS = ("train_loss", "test_acc")  # the paper's figure and its companion
+FIGURE_METRICS = tuple(METRICS)  # the paper's figure (training loss) and its companions; rule figure draws each
 
 
 def final_targets():

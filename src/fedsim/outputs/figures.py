@@ -30,11 +30,10 @@ import pandas as pd  # noqa: E402
 from ..data.atomic import atomic_path  # noqa: E402
 from ..methods import ENTRIES, FAMILIES, LABELS, setting_value, variant_of  # noqa: E402
 from ..core.settings import TAIL_FRACTION  # noqa: E402
-from .styles import COLORS, LEGEND, LINESTYLES  # noqa: E402
+from .styles import COLORS, LEGEND, LINESTYLES, METRICS  # noqa: E402
 from .summary import tail_mean, tuning_scores  # noqa: E402
 from ..core.records import read_run  # noqa: E402
 
-METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
 X_AXES = {"rounds": ("round", "# rounds"),
           "communication_rounds": ("communication_rounds", "# communication rounds"),
           "vectors": ("vectors", "model-sized vectors sent (down + up, all devices)"),

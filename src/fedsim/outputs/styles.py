@@ -25,6 +25,9 @@ class Style:
     dashes: tuple = ()
 
 
+# The metrics a curves' figure may draw (`fedsim figure1 --metric`; the workflow draws each), and their axis labels
+METRICS = {"train_loss": "training loss", "test_acc": "test accuracy"}
+
 # Every method and variant of fedsim, in legend order (a variant right after its method).
 STYLES: dict[str, Style] = {
     "fedavg": Style("tab:blue"),

@@ -69,7 +69,7 @@ GPU_REFERENCE = {
 CALIBRATION_FILE = "cost_calibration.json"  # under <results_dir>/benchmarks/
 CALIBRATION_ENV = "FEDSIM_COST_CALIBRATION"  # the workflow names that file to its jobs here
 DEFAULT_TRAIN_FRACTION = 0.8  # LEAF's --tf, the builders' default
-GRAD_BATCH, GRAD_BATCHES = 50, 4  # as fedsim.models._lstm: a full local gradient reads at most 200 rows
+GRAD_BATCH, GRAD_BATCHES = 50, 4  # fedsim.models._lstm's (torch: not imported here; tests/test_one_fact.py ties them)
 DAY_S = 86400.0
 
 
