@@ -56,7 +56,7 @@ except ConfigError as err:
 for line in experiments.left_out(config):
     print(line, file=sys.stderr)
 try:  # the folder the parse itself writes in (the code fingerprints): one line, not a traceback
-    Path(config["results_dir"], "code").mkdir(parents=True, exist_ok=True)
+    Path(config["results_dir"], "code").mkdir(parents=True, exist_ok=True)  # code_dir(), defined below
 except OSError as err:
     sys.exit(f"Config error at results_dir: cannot write below {config['results_dir']!r} ({err.strerror})")
 
@@ -87,7 +87,7 @@ def run_record(path):
 
 def runs_after_tuning():
     """The runs by folder once the tuning has chosen (chosen_settings.csv read once per version), else {}."""
-    chosen = Path(summary_path("chosen_settings.csv"))
+    chosen = Path(summary_path(CHOSEN_SETTINGS))
     if not after_tuning() or not chosen.is_file():
         return {}
     stat = chosen.stat()
@@ -161,6 +161,9 @@ def info_path(run=None):
     return f"{run_dir(run)}/run.json"
 
 
+CHOSEN_SETTINGS = "chosen_settings.csv"  # the tuning's choices (rule tune), read by the runs and figures after it
+
+
 def summary_path(name):
     """summary/<name> (planned_runs.csv, runs.csv, chosen_settings.csv) of this selection."""
     return selection_results("summary", name)
@@ -173,10 +176,20 @@ def figure_path(name="{experiment}", ext="pdf", metric="train_loss"):
     return selection_results("figures", f"{stem}.{ext}")
 
 
+def checkpoints_dir():
+    """<results_dir>/checkpoints/: the runs' resume states, outside their outputs, so Snakemake's cleanup of
+    a failed job's outputs keeps them; a run deletes its own once its outputs are complete."""
+    return results("checkpoints")
+
+
 def checkpoint_path(path="{run}"):
-    """A run's resume state (`path`: its folder below results/runs/): outside its outputs, so Snakemake's
-    cleanup of a failed job's outputs keeps it; the run deletes it once its outputs are complete."""
-    return results("checkpoints", f"{path}.pt")
+    """A run's resume state (`path`: its folder below results/runs/)."""
+    return str(Path(checkpoints_dir(), f"{path}.pt"))
+
+
+def calibration_path():
+    """<results_dir>/benchmarks/cost_calibration.json: this machine's cost constants, where measured."""
+    return results("benchmarks", cost.CALIBRATION_FILE)
 
 
 def benchmark_path(rule, stem):
@@ -237,7 +250,7 @@ FIGURE_METRICS = tuple(METRICS)  # the paper's figure (training loss) and its co
 def final_targets():
     targets = [summary_path("planned_runs.csv"), summary_path("runs.csv")]
     if tuning_runs():
-        targets.append(summary_path("chosen_settings.csv"))
+        targets.append(summary_path(CHOSEN_SETTINGS))
         targets += [figure_path("tuning", ext) for ext in ("pdf", "png")]
     for name in figure_experiments():
         for metric in FIGURE_METRICS:
@@ -264,7 +277,7 @@ def config_text():
 
 def figure_caption(wildcards):
     return captions.figure(config, wildcards.experiment, summary_path(f"findings_{wildcards.experiment}.csv"),
-                           summary_path("chosen_settings.csv"))
+                           summary_path(CHOSEN_SETTINGS))
 
 
 def tuning_caption(wildcards):
@@ -310,7 +323,7 @@ def known_tuning():
 
 def tuned_inputs(wildcards=None):
     """chosen_settings.csv, an input of the rules that read it, where some method is tuned."""
-    return [summary_path("chosen_settings.csv")] if tuning_runs() else []
+    return [summary_path(CHOSEN_SETTINGS)] if tuning_runs() else []
 
 
 def summary_runs(wildcards):

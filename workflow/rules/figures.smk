@@ -54,7 +54,7 @@ rule tuning_figure:
     input:
         runs=info_paths(tuning_runs()),
         metrics=metrics_paths(tuning_runs()),
-        tuned=summary_path("chosen_settings.csv"),
+        tuned=summary_path(CHOSEN_SETTINGS),
         code=code_fingerprint("outputs.figures"),
     output:
         pdf=figure_path("tuning"),

@@ -28,7 +28,7 @@ def report_call(argv):
 def selection_runs():
     """Every run this selection reports, as far as it is known now (chosen_settings.csv's choices where the
     tuning has run)."""
-    tuned, tuned_file = None, Path(summary_path("chosen_settings.csv"))
+    tuned, tuned_file = None, Path(summary_path(CHOSEN_SETTINGS))
     if tuning_runs() and tuned_file.exists():
         with open(tuned_file, newline="") as handle:
             tuned = list(csv.DictReader(handle))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 # ---- The cost estimate (fedsim.planning.cost): printed at start, and what each training job asks for
 
-COST_CONSTANTS, COST_SOURCE = cost.load_constants(results("benchmarks", cost.CALIBRATION_FILE))
+COST_CONSTANTS, COST_SOURCE = cost.load_constants(calibration_path())
 MAX_RUNTIME = config["simulator"]["max_runtime"]  # minutes, the site's; None: no cap
 
 
@@ -57,13 +57,13 @@ os.environ.update(FEDSIM_WARM="1" if _warm_start else "0")
 # The jobs' progress lines and the cost estimate they compare their pace with (fedsim.planning.progress):
 # output only, so environment, not params (changing them reruns nothing).
 os.environ.update({PROGRESS_ENV: str(config["simulator"]["progress_seconds"]),
-                   cost.CALIBRATION_ENV: results("benchmarks", cost.CALIBRATION_FILE)})
+                   cost.CALIBRATION_ENV: calibration_path()})
 
 
 def remove_empty_checkpoint_folders():
     """The folders a resumed run's checkpoint left under results/checkpoints/ once it removed the file
     (the run's outputs complete), deepest first; a folder still holding a checkpoint stays."""
-    root = Path(results("checkpoints"))
+    root = Path(checkpoints_dir())
     for folder in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
         with contextlib.suppress(OSError):
             folder.rmdir()

@@ -30,7 +30,7 @@ checkpoint tune:
         code=code_fingerprint("outputs.summary"),
     output:
         report(
-            summary_path("chosen_settings.csv"),
+            summary_path(CHOSEN_SETTINGS),
             caption="../report/chosen_settings.rst",
             category="Tables",
         ),
