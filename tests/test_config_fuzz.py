@@ -207,7 +207,7 @@ CASES = [
     ("negative_k", at("experiments.figure1.clients_per_round", -3), "experiments.figure1.clients_per_round",
      "-3 is less than the minimum of 1"),
     ("bad_method", at("experiments.figure1.methods", ["fedavg", "fedsgd"]), "experiments.figure1.methods[1]",
-     "'fedsgd' is not one of"),
+     "unknown method 'fedsgd'; choose one of"),
     ("unknown_dataset", append("experiments.figure1.datasets", "synthetic_2_2"), "experiments.figure1.datasets[4]",
      "unknown dataset 'synthetic_2_2'"),
     ("too_many_clients", at("experiments.figure1.clients_per_round", [10, 31]), "experiments.figure1.clients_per_round",

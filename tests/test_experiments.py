@@ -73,13 +73,35 @@ def test_tuning_runs_are_the_grid_runs_of_the_tuned_methods():
      "lenet5 takes image samples; synthetic_1_1's samples are features"),
     (lambda c: c["datasets"]["synthetic_iid"].update(model="char_lstm"), "datasets.synthetic_iid.model",
      "char_lstm takes shakespeare samples; synthetic_iid's samples are features"),
+    # a missing initial model: named before any run (an existing run would otherwise keep fedsim's own init)
+    (lambda c: c["simulator"].update(init="/nonexistent/init_{seed}.npz"), "simulator.init",
+     "/nonexistent/init_0.npz: no such file (seed 0)"),
+    # a JSON import's folder that is not there: named at its key, not as Snakemake's missing input
+    (lambda c: c["datasets"].update(mine={"kind": "json", "train": "/nonexistent/train", "test": "/nonexistent/test",
+                                          "lr": 0.1, "batch_size": 10, "rounds": 3, "fedprox_mu": 0})
+     or c["experiments"]["figure1"].update(datasets=["mine"]), "datasets.mine.train",
+     "/nonexistent/train: no such file or folder"),
+    # a misspelt experiment is a new one without datasets: the line says which one it is near
+    (lambda c: c["experiments"].update(figur1={"rounds": 20}), "experiments.figur1.datasets",
+     "required key is missing (so are methods, epochs; did you mean experiment figure1? A new one names its "
+     "datasets, methods and epochs)"),
+    # every missing key of an entry at once
+    (lambda c: c["datasets"].update(mine={"kind": "json", "train": "t", "test": "t"}), "datasets.mine.lr",
+     "required key is missing (so are batch_size, rounds, fedprox_mu)"),
+    # a method by its label: the line names its name
+    (lambda c: c["experiments"]["figure1"].update(methods=["fedadam"]), "experiments.figure1.methods[0]",
+     "unknown method 'fedadam' (FedAdam is fedopt); choose one of"),
+    # a word where a number is due: no hint to write it as a list
+    (lambda c: c["experiments"]["figure1"].update(epochs="five"), "experiments.figure1.epochs",
+     "'five' is not one positive integer or a non-empty list of them"),
 ])
 def test_a_mistake_is_one_config_error_naming_the_key(edit, path, problem):
     cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
     edit(cfg)
     with pytest.raises(ConfigError) as caught:
         check_config(copy.deepcopy(cfg), SCHEMA, REPO)
-    assert caught.value.path == path and problem in caught.value.problem
+    assert caught.value.path == path and problem in caught.value.problem, caught.value
+    assert "a list: write" not in caught.value.problem or "only_experiments" in path
     assert str(caught.value) == f"Config error at {path}: {caught.value.problem}" and "\n" not in str(caught.value)
 
 
@@ -119,7 +141,8 @@ def test_a_dataset_no_selected_experiment_runs_leaves_it_out():
 def test_a_selection_of_unknown_names_or_of_nothing_is_one_error(only, path, problem):
     with pytest.raises(ConfigError) as caught:
         selected(**only)
-    assert caught.value.path == path and problem in caught.value.problem
+    assert caught.value.path == path and problem in caught.value.problem, caught.value
+    assert "a list: write" not in caught.value.problem or "only_experiments" in path
 
 
 def test_a_subset_of_a_configs_methods_runs_alone_whatever_its_grids():
@@ -258,6 +281,7 @@ def test_an_lr_grid_mistake_is_one_config_error(edit, path, problem):
     with pytest.raises(ConfigError) as caught:
         check_config(cfg, SCHEMA, REPO)
     assert caught.value.path == path and problem in caught.value.problem, caught.value
+    assert "a list: write" not in caught.value.problem or "only_experiments" in path, caught.value
 
 
 def test_the_cnn_comparison_tunes_every_methods_lr_then_reruns_the_choice_on_three_seeds():

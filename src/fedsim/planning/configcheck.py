@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import math
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from ..kinds import KINDS, kind_of
 from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, lr_grid, method_kind,
                           method_setting, method_values, mu_source, n_devices, settings as experiment_settings,
                           tunes, used_datasets)
-from ..methods import ENTRIES, REGISTRY
+from ..methods import ENTRIES, REGISTRY, unknown_method
 from ..core.settings import TAIL_FRACTION, RunConfig, rng_problem
 from .kinds import entry_model, fit_problem, resolved_entry, trains_linear_softmax
 
@@ -125,7 +126,7 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
     validator = _with_defaults(jsonschema.Draft7Validator)(schema)
     error = jsonschema.exceptions.best_match(validator.iter_errors(cfg))
     if error is not None:
-        raise ConfigError(*_explain(error))
+        raise ConfigError(*_explain(error, cfg, validator))
     _check_results_dir(cfg, project_dir)
     for name, entry in cfg["datasets"].items():
         check = KINDS[entry["kind"]].check
@@ -139,6 +140,9 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
     for name, entry in cfg["datasets"].items():  # after the files: a pool's samples are read from its file
         if KINDS[entry["kind"]].pools:
             _check_pool(cfg, name, entry)
+    for name in cfg["datasets"]:  # after the pools: a partition pooling an unknown dataset names it first
+        if name in used_datasets(cfg) or name in built_from:
+            _check_files_exist(cfg, name)
     for name in used_datasets(cfg):  # after the pools: a partition's samples are its pool's
         if name in cfg["datasets"]:  # (an unknown one: the experiment's check names it)
             _check_model(cfg, name)
@@ -146,6 +150,7 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
         _check_experiment(cfg, name, exp)
     _check_shared_tuning(cfg)
     _check_rng(cfg)
+    _check_init_files(cfg)
     _check_method_options(cfg)
     _check_datasets_used(cfg)
     if not cfg["allow_large"]:
@@ -272,8 +277,9 @@ def _with_defaults(validator_class):
     return jsonschema.validators.extend(validator_class, {"properties": properties}, type_checker=types)
 
 
-def _explain(error):
-    """(key path, one-line problem) for a jsonschema error."""
+def _explain(error, cfg=None, validator=None):
+    """(key path, one-line problem) for a jsonschema error; `cfg` and `validator` (the whole config and the
+    schema's validator) let the line say more: a near name, whether a list would do."""
     path = list(error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = set(error.schema.get("properties", {}))
@@ -281,18 +287,34 @@ def _explain(error):
         return path + unknown[:1], f"unknown key (allowed here: {', '.join(sorted(known)) or 'none'})"
     if error.validator == "required" and isinstance(error.instance, dict):
         missing = [k for k in error.validator_value if k not in error.instance]
-        return path + missing[:1], "required key is missing"
+        notes = [f"so are {', '.join(missing[1:])}"] if len(missing) > 1 else []
+        notes += _new_experiment_hint(path, cfg, error.validator_value)
+        return path + missing[:1], "required key is missing" + (f" ({'; '.join(notes)})" if notes else "")
     if "propertyNames" in error.schema_path:
         return path + [str(error.instance)], "invalid name (use letters, digits, '_', '.', '-'; start with a letter or digit)"
     if error.validator in ("oneOf", "anyOf") and "description" in error.schema:
         problem = f"{error.instance!r} is not {error.schema['description']}"
-        if isinstance(error.instance, str) and _takes_a_list(error.schema) and path:
+        if (isinstance(error.instance, str) and _takes_a_list(error.schema) and path
+                and (validator is None or validator.evolve(schema=error.schema).is_valid([error.instance]))):
             problem += f" (a list: write {path[-1]}=[{error.instance}] after --config, or [{error.instance}] in a file)"
         return path, problem
+    if error.validator == "enum" and error.validator_value == list(ENTRIES):  # a method's name: its label says
+        return path, unknown_method(error.instance)
     problem = " ".join(error.message.split())
     if error.validator == "type" and _is_number_text(error.instance):
         problem += " (YAML reads 1e-3 as text: write 0.001 or 1.0e-3)"
     return path, problem
+
+
+def _new_experiment_hint(path, cfg, required) -> list[str]:
+    """Where an experiment lacks a key: a name near another experiment's is likely that one misspelt."""
+    if cfg is None or len(path) != 2 or path[0] != "experiments":
+        return []
+    others = [name for name in cfg["experiments"] if name != path[1]]
+    near = difflib.get_close_matches(str(path[1]), others, n=1)
+    keys = f"{', '.join(required[:-1])} and {required[-1]}" if len(required) > 1 else required[0]
+    return [f"did you mean experiment {near[0]}? A new one names its {keys}" if near
+            else f"a new experiment names its {keys}"]
 
 
 def _takes_a_list(schema) -> bool:
@@ -384,6 +406,29 @@ def _check_kinds_known(cfg) -> None:
                 kind_of(kind)
             except ValueError as err:
                 raise ConfigError(["datasets", name, "kind"], str(err)) from None
+
+
+def _check_files_exist(cfg, name) -> None:
+    """The files a dataset entry names for its build (a JSON import's train and test, an .npz, LEAF JSON) are
+    there: one line naming the key, not Snakemake's missing-input report."""
+    entry, kind = cfg["datasets"][name], KINDS[cfg["datasets"][name]["kind"]]
+    for key in [*([kind.own_files] if kind.own_files in entry else []), *kind.named_files]:
+        for path in [entry[key]] if isinstance(entry[key], str) else entry[key]:
+            if not Path(path).exists():
+                raise ConfigError(["datasets", name, key], f"{path}: no such file or folder")
+
+
+def _check_init_files(cfg) -> None:
+    """simulator.init's file is there for every seed an experiment runs ({seed} in it: each seed's): a run
+    whose initial model is missing would otherwise stay as it was, trained from fedsim's own."""
+    init = cfg["simulator"]["init"]
+    if init is None:
+        return
+    seeds = sorted({seed for exp in cfg["experiments"].values() for seed in as_list(exp.get("seeds", cfg["seeds"]))})
+    for seed in seeds:
+        path = init.replace("{seed}", str(seed))
+        if not Path(path).is_file():
+            raise ConfigError(["simulator", "init"], f"{path}: no such file" + (f" (seed {seed})" if path != init else ""))
 
 
 def _check_own_files(cfg, name, entry) -> None:
