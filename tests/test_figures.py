@@ -126,6 +126,26 @@ def test_seeds_give_a_mean_and_a_band(tmp_path, drawn):
     assert dane.get_ydata()[1] == pytest.approx((2.0 + 2.0 + 1.0) / 3)
 
 
+def test_a_curve_that_returns_into_the_range_comes_down_from_the_edge(tmp_path, drawn):
+    """FedDANE above the range at rounds 1-2 and back at round 3: it rises to the edge at round 1 (a
+    triangle), is not drawn at round 2, and a segment comes down from the edge at round 2 (a downward
+    triangle) to its loss at round 3; its own points stay its rounds'."""
+    runs = panel_runs(tmp_path, dane={0.01: [3.0, 50.0, 60.0, 2.0, 1.0]})
+    figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    top = ax.get_ylim()[1]
+    [dane] = [line for label, line in lines(ax).items() if label.startswith("FedDANE")]
+    drawn_y = list(dane.get_ydata())
+    assert drawn_y[:2] == [3.0, pytest.approx(top)] and math.isnan(drawn_y[2]) and drawn_y[3:] == [2.0, 1.0]
+    color = figures.COLORS["feddane"]
+    marks = {line.get_marker(): list(line.get_xdata()) for line in ax.get_lines()
+             if line.get_color() == color and line.get_marker() in ("^", "v")}
+    assert marks == {"^": [1], "v": [2]}
+    descents = [line for line in ax.get_lines() if line.get_color() == color and line is not dane
+                and line.get_marker() in ("None", "", None)]
+    assert [(list(d.get_xdata()), list(d.get_ydata())) for d in descents] == [([2, 3], [pytest.approx(top), 2.0])]
+
+
 def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
     runs = panel_runs(tmp_path, dane={0.01: BLOWUP[:3] + [math.inf, math.inf]})
     figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")

@@ -200,7 +200,7 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
     """Loss: from 0 to a little above the initial loss and the baselines (FedAvg, FedProx), or to
     `top`, so a diverging FedDANE cannot squash them; a curve above the range rises to the top edge at
     a triangle, is not drawn while above (along the edge it would read as a plateau) and comes down from
-    the edge where it returns; its legend entry says how high it went and where it ended. Accuracy: 0
+    the edge where it returns, at a downward triangle; its legend entry says how high it went and where it ended. Accuracy: 0
     to 1. Returns the loss range's top."""
     if not metric.endswith("loss"):
         ax.set_ylim(0, 1)
@@ -216,8 +216,13 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
         leaves = above & ~np.r_[False, above[:-1]]  # the first point of each stretch above the range
         ax.plot(xs[leaves], np.full(leaves.sum(), top), "^", color=COLORS[method], ms=7, ls="none", clip_on=False)
         finite = y[np.isfinite(y)]
-        # the curve rises to the edge where it leaves; the rest of the stretch is not drawn, and where the
-        # curve returns it starts afresh
+        # the curve rises to the edge where it leaves; the rest of the stretch is not drawn; where it returns
+        # it comes down from the edge at a downward triangle, drawn apart so that the line's points stay its rounds'
+        returns = np.flatnonzero(above[:-1] & ~above[1:] & np.isfinite(y[1:]))  # the last point of a stretch above
+        for i in returns:
+            ax.plot(xs[i:i + 2], [top, y[i + 1]], color=COLORS[method], ls=LINESTYLES[method],
+                    lw=lines[method].get_linewidth(), clip_on=False)
+        ax.plot(xs[returns], np.full(len(returns), top), "v", color=COLORS[method], ms=7, ls="none", clip_on=False)
         lines[method].set_ydata(np.where(leaves, top, np.where(above, np.nan, y)))
         lines[method].set_clip_on(False)  # the rise ends on the top edge itself
         lines[method].set_label(f"{lines[method].get_label()}; ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}"
