@@ -226,7 +226,7 @@ def test_findings_carry_the_figures_label_and_say_where_a_tuned_value_sits_in_it
     assert list(table.columns[:13]) == ["dataset", "clients_per_round", "epochs", "rounds", "method", "label",
                                         "setting", "value", "lr", "tuned", "grid_edge", "lr_edge", "seeds"]
     assert {key: r["tuned"] for key, r in rows.items()} == {
-        ("feddane", 10): "mu 1", ("fedopt", 10): "server lr 0.1", ("fedavg", 10): "-", ("fedprox", 10): "mu 1",
+        ("feddane", 10): "mu 1", ("fedopt", 10): "server lr 0.1", ("fedavg", 10): "-", ("fedprox", 10): "mu 1 (fixed)",
         ("feddane", 5): "mu 1"}
     assert set(table["lr_edge"]) == {""}  # no lr grid: the lr was not tuned
     assert set(findings(figure, fraction=0.5)["grid_edge"]) == {""}  # no tuning given: nothing to say

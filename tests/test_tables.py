@@ -40,7 +40,7 @@ def test_a_table_ranks_each_method_with_its_seeds_range_and_what_it_cost(tmp_pat
     assert rows["DANE (K = 30)"][:5] == ["1", "DANE (K = 30)", "mu 0", "0.100 (0.100)", "0.800 (0.800)"]
     assert rows["SCAFFOLD"][:4] == ["2", "SCAFFOLD", "-", "1.000 (0.500-1.500) *"]
     assert rows["FedAvg"][:4] == ["3", "FedAvg", "-", "1.500 (1.000-2.000) *"]
-    assert rows["FedProx"][2:5] == ["mu 1", "diverged (1 of 2 seeds)", "-"]
+    assert rows["FedProx"][2:5] == ["mu 1 (fixed)", "diverged (1 of 2 seeds)", "-"]
     assert rows["FedAvg"][5:] == ["-", "-", "-"]  # records from before the costs were counted
     counted = read_findings(tmp_path / "findings.csv").assign(vectors_down=1000, vectors_up=1500,
                                                                gradient_evaluations=[2.5e6, 4e5, 3e5, 2e5])

@@ -197,9 +197,11 @@ def _setting_tuned(variant: str) -> bool:
 
 def tuned_text(curve: dict) -> str:
     """What a findings curve runs at, as the docs' tables name it: its setting's value where it has one
-    (`mu 0.01`, `eps 0.1`) and its client lr where that was tuned (`lr 0.03`); '-' for neither."""
+    (`mu 0.01`, `eps 0.1`; `mu 1 (fixed)` where the method's mu is the dataset's, never tuned: FedProx's)
+    and its client lr where that was tuned (`lr 0.03`); '-' for neither."""
     method = ENTRIES[curve["method"]].method
-    shown = [] if method.mu == "none" and not method.tuned else [f"{curve['setting'].replace('_', ' ')} {curve['value']:g}"]
+    fixed = " (fixed)" if method.mu == "fixed" and not method.tuned else ""
+    shown = [] if method.mu == "none" and not method.tuned else [f"{curve['setting'].replace('_', ' ')} {curve['value']:g}{fixed}"]
     if curve["lr_edge"]:
         shown.append(f"lr {curve['lr']:g}")
     return ", ".join(shown) or "-"
