@@ -75,6 +75,22 @@ def test_cuda_without_a_gpu_is_one_line(data, tmp_path, capsys):
     assert "bad run setting device='cuda'" in line and "sees no CUDA device" in line
 
 
+def test_an_npz_given_as_a_dataset_names_the_command_that_imports_it(tmp_path, capsys):
+    import numpy as np
+
+    arrays = tmp_path / "mine.npz"
+    np.savez(arrays, x=np.zeros((4, 3), np.float32), y=np.zeros(4, np.int64))
+    assert cli.main(train_args(str(arrays), tmp_path)) == 2
+    assert error_lines(capsys) == [f"fedsim train: error: {arrays}: not a dataset file; `fedsim import-arrays` "
+                                   "makes one of it"]
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit) as done:
+        cli.main(["--version"])
+    assert done.value.code == 0 and capsys.readouterr().out.strip() == f"fedsim {cli.__version__}"
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda path: h5py.File(path, "r+")["train/y"].__setitem__(0, 99), "train/y holds label 99"),
     (lambda path: h5py.File(path, "r+")["train/offsets"].__setitem__(1, -5), "train/offsets must start at 0"),

@@ -37,6 +37,7 @@ import math
 import sys
 from collections.abc import Callable
 
+from . import __version__
 from .core import settings
 from .data.atomic import write_csv, write_text
 from .data.download import SOURCES
@@ -181,6 +182,18 @@ def _datasets_table(args) -> None:
     print(write_datasets_csv(args.datasets, args.out).to_string(index=False))
 
 
+def _check_dataset_file(path) -> None:
+    """A file `train` cannot read that a kind's command turns into a dataset file: the line names the command."""
+    import h5py
+    from pathlib import Path
+
+    makers = {f".{kind.own_files}": kind.command.name for kind in KINDS.values()
+              if kind.command and kind.own_files and not kind.sources}
+    suffix = Path(path).suffix
+    if suffix in makers and Path(path).is_file() and not h5py.is_hdf5(path):
+        raise ValueError(f"{path}: not a dataset file; `fedsim {makers[suffix]}` makes one of it")
+
+
 def _train(args) -> None:
     from pathlib import Path
 
@@ -188,6 +201,7 @@ def _train(args) -> None:
     from .core.checkpoint import Checkpoint
     from .core.train import run, write_run
 
+    _check_dataset_file(args.data)
     config = run_config(args)
     checkpoint = (Checkpoint(Path(args.checkpoint), args.checkpoint_every, args.checkpoint_seconds)
                   if args.checkpoint else None)
@@ -312,9 +326,13 @@ def _cost(args) -> None:
 
 # The curves' figures' commands, one per fedsim.outputs.figures.CURVE_FIGURES name (their functions are
 # there; this module names them without importing matplotlib: tests/test_one_fact.py ties the two).
-FIGURE_HELP = {"figure1": "Figure 1: FedAvg, FedProx, FedDANE per dataset (K = 10, E = 20)",
-               "figure2": "Figure 2: participation, one row per dataset, one column per K",
-               "figure3": "Figure 3: E = 1 and many devices per round, one panel per dataset",
+# Each draws whatever runs it is given (an experiment's `figure:` names one for its own runs); figure1-3 are one
+# plot, named for the paper's figures: a panel per dataset, a row per dataset and a column per (K, E) where some
+# dataset has several
+_PANELS = "the runs' curves: a panel per dataset, or a row per dataset and a column per (K, E) where it has several"
+FIGURE_HELP = {"figure1": f"{_PANELS} (the paper's Figure 1 is its runs)",
+               "figure2": f"{_PANELS} (the paper's Figure 2 is its runs)",
+               "figure3": f"{_PANELS} (the paper's Figure 3 is its runs)",
                "beyond": "beyond the paper: every method, against rounds and communication rounds",
                "successors": "FedDANE among its successors: every method against rounds, vectors sent and "
                              "gradients computed"}
@@ -457,8 +475,9 @@ COMMANDS = (
         OUT,
         _arg("datasets", nargs="+", help="dataset HDF5 files"))),
     Command("cost", "measure the seconds per LSTM step and row the workflow's cost estimate uses", _cost, (
-        _arg("--calibrate", action="store_true", required=True,
-             help="time a few batched SGD steps, an evaluation and full gradients of each LSTM (about a minute)"),
+        _arg("--calibrate", action="store_true",
+             help="what the command does, with or without this flag (kept for scripts that give it): time a few "
+                  "batched SGD steps, an evaluation and full gradients of each LSTM (about a minute)"),
         _arg("--steps", type=COUNT, default=4, help="SGD steps timed per setting (default: 4)"),
         _arg("--device", choices=["cpu", "cuda"], default="cpu",
              help="where to measure: a CPU core (CPU seconds) or the GPU (wall seconds; the estimate then "
@@ -513,6 +532,7 @@ COMMANDS = (
 def build_parser() -> argparse.ArgumentParser:
     """fedsim's parser: one subcommand per COMMANDS entry, its arguments in their order."""
     parser = argparse.ArgumentParser(prog="fedsim", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"fedsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
         p = sub.add_parser(command.name, help=command.help)
