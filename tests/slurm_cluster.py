@@ -86,14 +86,27 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP
 """
 
 
-def wait_until_idle(env, seconds=60) -> None:
+READY_SECONDS = 300  # a ceiling for a daemon to come up, not a pace
+
+
+def wait_until(what, command, ready, env=None, daemon=None, seconds=READY_SECONDS) -> None:
+    """Run `command` until `ready(its CompletedProcess)`; fail where `daemon` (the process it waits for)
+    has ended, or after `seconds` (a hang)."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        out = subprocess.run(["sinfo", "-h", "-o", "%T"], env=env, capture_output=True, text=True)
-        if out.stdout.strip() == "idle":
+    while True:
+        out = subprocess.run(command, env=env, capture_output=True, text=True)
+        if ready(out):
             return
+        if daemon is not None and daemon.poll() is not None:
+            raise RuntimeError(f"{daemon.args[2]} ended before {what}: {out.stdout} {out.stderr}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no {what} after {seconds} s: {out.stdout} {out.stderr}")
         time.sleep(0.5)
-    raise RuntimeError(f"the test SLURM node never became idle: {out.stdout} {out.stderr}")
+
+
+def wait_until_idle(env, seconds=READY_SECONDS) -> None:
+    wait_until("idle test SLURM node", ["sinfo", "-h", "-o", "%T"], lambda out: out.stdout.strip() == "idle", env,
+               seconds=seconds)
 
 
 @pytest.fixture(scope="session")
@@ -123,9 +136,11 @@ def slurm_cluster(tmp_path_factory):
         DEFAULT_CONF.parent.mkdir(parents=True, exist_ok=True)
         DEFAULT_CONF.unlink(missing_ok=True)
         DEFAULT_CONF.symlink_to(conf)
-        time.sleep(0.5)
+        wait_until("munge credential", ["munge", "-n", f"--socket={root}/munge.sock"], lambda out: out.returncode == 0,
+                   daemon=procs[-1])
         procs.append(subprocess.Popen(["timeout", LIFETIME, "slurmctld", "-D", "-f", str(conf)], env=env))
-        time.sleep(1)
+        wait_until("answer of slurmctld", ["scontrol", "ping"], lambda out: "is UP" in out.stdout, env,
+                   daemon=procs[-1])
         procs.append(subprocess.Popen(["timeout", LIFETIME, "slurmd", "-D", "-f", str(conf), "-N", host], env=env))
         wait_until_idle(env)
         yield env

@@ -14,12 +14,14 @@ import pytest
 import torch
 
 from fedsim.core.checkpoint import Checkpoint
+from fedsim.core.stopping import HOLD_FILE_ENV
 from fedsim.core.train import RunConfig, run, write_run
 
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 ROUNDS = 40
 KILLED_ROUNDS = 100
+HANG_GUARD = 600  # seconds: a ceiling for what is waited for, not a pace
 
 
 @pytest.fixture
@@ -54,11 +56,22 @@ print(record["result"]["resumed_from_round"])
 """
 
 
-def start_training(data, folder, method="feddane", eval_every=1):
-    env = {**os.environ, "PYTHONPATH": str(SRC)}
+def start_training(data, folder, method="feddane", eval_every=1, hold=None):
+    """The run of TRAIN_SCRIPT in a process of its own; with `hold`, it waits at its round boundaries
+    from the round that file holds on, while the file exists (fedsim.core.stopping)."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), **({HOLD_FILE_ENV: str(hold)} if hold is not None else {})}
     script = TRAIN_SCRIPT.format(rounds=KILLED_ROUNDS, method=method, mu=MU[method], eval_every=eval_every)
     return subprocess.Popen([sys.executable, "-c", script, data, str(folder)], env=env,
                             stdout=subprocess.PIPE, text=True)
+
+
+def saved_round(path):
+    """The round of the state in the checkpoint file at `path` (written atomically: whole or absent),
+    None while there is none."""
+    try:
+        return torch.load(path, weights_only=True)["round"]
+    except FileNotFoundError:
+        return None
 
 
 # FedDANE, and methods with state (SCAFFOLD's control variates, pipelined FedDANE's stale gradient)
@@ -68,29 +81,56 @@ MU = {"feddane": 0.1, "scaffold": 0.0, "feddane_pipelined": 0.1}
 # and a run whose metrics are computed every 5 rounds: its checkpoints hold fewer rows than rounds
 @pytest.mark.parametrize("method, eval_every", [*((method, 1) for method in MU), ("feddane", 5)])
 def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path, method, eval_every):
-    reference, record = metrics_bytes(config(data, rounds=KILLED_ROUNDS, method=method, mu=MU[method],
-                                             eval_every=eval_every), tmp_path)
-    run_seconds = record["result"]["wall_seconds"]  # this machine's pace, measured now: the kill is timed by it
+    """The kill comes as soon as the run is seen to have saved its state of a random round of its
+    first half: wherever it then is (training, evaluating, writing its next checkpoint). Driven by the
+    run's own progress, not by time: a hold file from a later round on keeps it from ending before
+    the kill, at any pace."""
+    reference, _ = metrics_bytes(config(data, rounds=KILLED_ROUNDS, method=method, mu=MU[method],
+                                          eval_every=eval_every), tmp_path)
 
+    seed = int(os.environ.get("KILL_DELAY_SEED", random.randrange(2**32)))
+    print(f"KILL_DELAY_SEED={seed}")  # a failure names the checkpoint it killed after: rerun with it set
+    # TRAIN_SCRIPT saves every 2 rounds: its saves of rounds 2, 4, ..., KILLED_ROUNDS / 2 (the first half)
+    kill_after = 2 * random.Random(seed).randint(1, KILLED_ROUNDS // 4)
     folder = tmp_path / "killed"
     folder.mkdir()
-    proc = start_training(data, folder, method, eval_every)
-    deadline = time.monotonic() + 60
-    while not (folder / "ckpt.pt").exists():  # let it get past a first checkpoint...
-        assert proc.poll() is None and time.monotonic() < deadline, "the run ended before its first checkpoint"
-        time.sleep(0.01)
-    seed = int(os.environ.get("KILL_DELAY_SEED", random.randrange(2**32)))
-    print(f"KILL_DELAY_SEED={seed}")  # a failure names the moment it killed at: rerun with it set
-    time.sleep(random.Random(seed).uniform(0, run_seconds / 2))  # ...then kill it at a random moment of its first half
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    hold, hold_round = tmp_path / "hold", KILLED_ROUNDS // 2 + 2  # it waits from there on: it cannot end first
+    hold.write_text(str(hold_round))
+    proc = start_training(data, folder, method, eval_every, hold=hold)
+    try:
+        deadline = time.monotonic() + HANG_GUARD
+        seen, checkpoint = None, folder / "ckpt.pt"
+        while True:  # each save replaces the file (a new inode): read its round when it changes
+            try:
+                info = checkpoint.stat()
+                stamp = (info.st_ino, info.st_mtime_ns)
+            except FileNotFoundError:
+                stamp = None
+            if stamp is not None and stamp != seen:
+                seen = stamp
+                round_ = saved_round(checkpoint)
+                if round_ is not None and round_ >= kill_after:
+                    break
+            assert proc.poll() is None, "the run ended before it could be killed"
+            assert time.monotonic() < deadline, f"no checkpoint of round {kill_after} after {HANG_GUARD} s"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    finally:  # held, it would wait for ever
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # killed, not ended by itself
     assert not (folder / "run.json").exists()
+    killed_at = saved_round(folder / "ckpt.pt")
+    print(f"killed with its checkpoint of round {killed_at}, once it had saved round {kill_after}")
+    # killed after its save of round `kill_after`, at the latest at its hold (which comes before that round's save)
+    assert kill_after <= killed_at < hold_round
 
     proc = start_training(data, folder, method, eval_every)
-    resumed = proc.communicate(timeout=120)[0].strip()
+    resumed = proc.communicate(timeout=HANG_GUARD)[0].strip()
     assert proc.returncode == 0
-    assert resumed != "None" and int(resumed) >= 2  # it did continue, not start over
+    assert resumed != "None" and int(resumed) >= kill_after  # it did continue, not start over
     assert (folder / "metrics.csv").read_bytes() == reference
     assert not (folder / "ckpt.pt").exists()
 

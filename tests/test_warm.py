@@ -1,6 +1,7 @@
 """The warm launcher (fedsim.warm) gives what a fresh `python -m fedsim` gives, dies with its job,
 follows code edits and stops by itself."""
 
+import contextlib
 import os
 import re
 import shutil
@@ -17,13 +18,15 @@ from fedsim.core.stopping import HOLD_FILE_ENV
 
 from helpers.workflow import env as checkout_env
 
+HANG_GUARD = 600  # seconds: a ceiling for what is waited for, never a pace
 TRAIN = ["train", "--method", "feddane", "--mu", "0.1", "--clients-per-round", "3", "--epochs", "2",
          "--batch-size", "5", "--lr", "0.05"]
 
 
 @pytest.fixture
 def env(tmp_path_factory):
-    """A private temp folder (so a private server) that goes idle quickly."""
+    """A private temp folder (so a private server) that goes idle quickly (a test that needs its server
+    between two jobs sets a long idle time: the fixture ends the server)."""
     tmp = tmp_path_factory.mktemp("w")
     yield {**checkout_env(), "TMPDIR": str(tmp), "FEDSIM_WARM_IDLE": "3"}  # this checkout's src/, as pytest's
     for pid in server_pids(tmp):
@@ -53,16 +56,77 @@ def fedsim(module, args, env, cwd, **kw):
                           text=True, **kw)
 
 
+def parent_pid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def job_servers(tmp) -> dict[int, int]:
+    """The jobs running in a server's child: {the job's process: its server's}. A job whose server was
+    killed (its parent now another process) is not among them."""
+    pids, served = server_pids(tmp), {}
+    for pid in pids:
+        try:
+            parent = parent_pid(pid)
+        except OSError:  # ended meanwhile
+            continue
+        if parent in pids:
+            served[pid] = parent
+    return served
+
+
+def wait_for(what, condition, alive=None):
+    """Poll `condition` until it holds; fail at once where `alive` (a process it depends on) has ended,
+    or after HANG_GUARD seconds (a hang, at any pace)."""
+    deadline = time.monotonic() + HANG_GUARD
+    while not condition():
+        assert alive is None or alive.poll() is None, f"it ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} after {HANG_GUARD} s"
+        time.sleep(0.05)
+
+
+@contextlib.contextmanager
+def held_warm_job(args, env, cwd, name="launcher"):
+    """`python -m fedsim.warm ARGS` (a training job) in the background, held at its first round
+    boundary: yields the launcher once the job is paused there, so that the test sees which process
+    runs it at any pace, and the job's servers then ({job: server}, job_servers). Leaving the block
+    lifts the hold and waits for the launcher: its CompletedProcess (stdout from a file, as a pipe
+    nobody reads could stall it) in `launcher.done`."""
+    hold, out = cwd / f"{name}.hold", cwd / f"{name}.out"
+    hold.touch()
+    with open(out, "w") as stdout:
+        launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *args], env={**env, HOLD_FILE_ENV: str(hold)},
+                                    cwd=cwd, stdout=stdout, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for("pause of the job", lambda: "fedsim train: paused at round" in out.read_text(), alive=launcher)
+        launcher.servers = job_servers(env["TMPDIR"])
+        yield launcher
+        hold.unlink()
+        err = launcher.communicate(timeout=HANG_GUARD)[1]
+        launcher.done = subprocess.CompletedProcess(launcher.args, launcher.returncode, out.read_text(), err)
+    finally:  # held, the job would wait for ever
+        hold.unlink(missing_ok=True)
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+
+
 def test_warm_jobs_give_the_cold_outputs_and_exit_codes(data, env, tmp_path):
-    outputs = {}
+    env = {**env, "FEDSIM_WARM_IDLE": "3600"}  # the server waits for the second job, however late it comes
+    outputs, servers = {}, {}
     for label, module in [("cold", "fedsim"), ("warm1", "fedsim.warm"), ("warm2", "fedsim.warm")]:
         args = [*TRAIN, "--data", data, "--rounds", "5", "--metrics", f"{label}/m.csv", "--info", f"{label}/r.json"]
-        done = fedsim(module, args, env, tmp_path)
+        if module == "fedsim":
+            done = fedsim(module, args, env, tmp_path)
+        else:
+            with held_warm_job(args, env, tmp_path, label) as launcher:
+                servers[label] = set(launcher.servers.values())  # the server whose child runs the job
+            done = launcher.done
         assert done.returncode == 0, done.stderr
         assert "feddane mu=0.1 on tiny: done" in done.stdout  # the job's stdout reached ours
         outputs[label] = (tmp_path / label / "m.csv").read_bytes()
     assert outputs["warm1"] == outputs["cold"] == outputs["warm2"]
-    assert len(server_pids(env["TMPDIR"])) == 1  # the second warm job reused the first one's server
+    assert len(servers["warm1"]) == 1, servers  # the first warm job ran in a server's child, not cold
+    assert servers["warm2"] == servers["warm1"], servers  # the second warm job reused the first one's server
 
     bad = fedsim("fedsim.warm", [*TRAIN, "--data", "missing.h5", "--metrics", "m.csv", "--info", "r.json"],
                  env, tmp_path)
@@ -84,19 +148,13 @@ def test_jobs_forked_during_the_first_compile_give_the_cold_outputs(data, env, t
 
 
 def test_a_killed_launcher_takes_its_job_along(data, env, tmp_path):
-    args = [*TRAIN, "--data", data, "--rounds", "100000", "--metrics", "m.csv", "--info", "r.json"]
-    launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *args], env=env, cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while len(server_pids(env["TMPDIR"])) < 2:  # the server and the job's child
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(0.1)
-    launcher.kill()
-    launcher.wait()
-    deadline = time.monotonic() + 10
-    while len(server_pids(env["TMPDIR"])) > 1:
-        assert time.monotonic() < deadline, "the job outlived its launcher"
-        time.sleep(0.1)
+    args = [*TRAIN, "--data", data, "--rounds", "20", "--metrics", "m.csv", "--info", "r.json"]
+    with held_warm_job(args, env, tmp_path) as launcher:  # the job cannot end by itself meanwhile
+        assert len(launcher.servers) == 1, launcher.servers  # the job runs in a server's child
+        (job,) = launcher.servers
+        launcher.kill()
+        launcher.wait()
+        wait_for("end of the job after its launcher's", lambda: job not in server_pids(env["TMPDIR"]))
     assert not (tmp_path / "m.csv").exists()
 
 
@@ -134,47 +192,34 @@ def test_ctrl_c_reaches_the_job_which_stops_as_a_cold_one_does(data, env, tmp_pa
 
 
 def test_the_server_stops_when_idle(data, env, tmp_path):
-    args = [*TRAIN, "--data", data, "--rounds", "1", "--metrics", "m.csv", "--info", "r.json"]
-    assert fedsim("fedsim.warm", args, env, tmp_path).returncode == 0
-    assert server_pids(env["TMPDIR"])
-    deadline = time.monotonic() + 30
-    while server_pids(env["TMPDIR"]):
-        assert time.monotonic() < deadline, "the server did not stop after 3 idle seconds"
-        time.sleep(0.2)
+    args = [*TRAIN, "--data", data, "--rounds", "3", "--metrics", "m.csv", "--info", "r.json"]
+    with held_warm_job(args, env, tmp_path) as launcher:
+        assert len(launcher.servers) == 1, launcher.servers  # a server's child runs the job
+        (server,) = launcher.servers.values()
+    assert launcher.done.returncode == 0, launcher.done.stderr
+    wait_for("end of the server after 3 idle seconds", lambda: server not in server_pids(env["TMPDIR"]))
+    assert not server_pids(env["TMPDIR"])
     assert not list(Path(env["TMPDIR"]).rglob("*.sock"))
 
 
 def test_a_job_outliving_a_killed_server_does_not_block_the_next_server(data, env, tmp_path):
-    long = [*TRAIN, "--data", data, "--rounds", "100000", "--metrics", "a.csv", "--info", "a.json"]
-    launcher = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *long], env=env, cwd=tmp_path,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 60
-    while len(server_pids(env["TMPDIR"])) < 2:
-        assert time.monotonic() < deadline, "the job never started"
-        time.sleep(0.1)
-    pids = server_pids(env["TMPDIR"])
-    server = next(pid for pid in pids if parent_pid(pid) not in pids)
-    os.kill(server, signal.SIGKILL)
-    try:
-        start = time.monotonic()
-        short = [*TRAIN, "--data", data, "--rounds", "1", "--metrics", "b.csv", "--info", "b.json"]
-        job = subprocess.Popen([sys.executable, "-m", "fedsim.warm", *short], env=env, cwd=tmp_path,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        seen = set()  # the processes of the socket folder while the job runs: a new server among them
-        while job.poll() is None:
-            seen.update(server_pids(env["TMPDIR"]))
-            assert time.monotonic() - start < 60, "the next job is blocked"
-            time.sleep(0.05)
-        assert job.returncode == 0, job.stderr.read()
-        assert time.monotonic() - start < 30
-        assert seen - set(pids), seen  # served by a new server (its idle end, seconds later, is not ours to time)
-    finally:
-        launcher.kill()
-        launcher.wait()
-
-
-def parent_pid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    """The killed server leaves its socket file behind, and its job (its child) runs on: the next job
+    gets a new server, which runs it in a child of its own. Were it blocked (the old job holding the
+    server's lock), the launcher would wait out its start timeout and run the job cold, in itself."""
+    long = [*TRAIN, "--data", data, "--rounds", "20", "--metrics", "a.csv", "--info", "a.json"]
+    with held_warm_job(long, env, tmp_path, "long") as first:  # the job runs on while held: it outlives its server
+        assert len(first.servers) == 1, first.servers
+        (old_job, old_server), = first.servers.items()
+        os.kill(old_server, signal.SIGKILL)
+        wait_for("end of the killed server", lambda: old_server not in server_pids(env["TMPDIR"]))
+        short = [*TRAIN, "--data", data, "--rounds", "3", "--metrics", "b.csv", "--info", "b.json"]
+        with held_warm_job(short, env, tmp_path, "short") as second:  # hang guard: a job blocked for ever fails here
+            assert old_job in server_pids(env["TMPDIR"])  # the old job still runs, its server gone
+            # the next job runs in a server's child, not cold in its launcher, and that server is a new one
+            assert len(second.servers) == 1 and old_server not in second.servers.values(), second.servers
+        assert second.done.returncode == 0, second.done.stderr
+        assert (tmp_path / "b.csv").exists()
+        first.kill()  # the old job goes with its launcher
 
 
 def test_a_socket_folder_others_can_enter_is_not_used(data, env, tmp_path):
