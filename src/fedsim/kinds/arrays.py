@@ -3,6 +3,7 @@ integer labels), optional device ids and test marks. Without device ids it is on
 partition deals to devices; MCLR is its default model either way."""
 
 from ..data.arrays import describe
+from ..data.keys import TRAIN_FRACTION
 from ..specs import Kind, KindCommand
 
 
@@ -22,7 +23,7 @@ def build(entry, files, out, name):
 KIND = Kind(
     "arrays", None,
     keys={"npz": {"type": "string", "minLength": 1},
-          "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.9,
+          "train_fraction": {**TRAIN_FRACTION, "default": 0.9,
                              "description": "without `test`: each device's share of train rows, LEAF's per-user "
                                             "split"},
           "seed": {"type": "integer", "minimum": 0, "default": 0, "description": "the split's seed"},
