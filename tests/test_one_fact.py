@@ -91,6 +91,27 @@ def test_synthetic_defaults_are_the_generators():
     assert default_config()["synthetic"] == defaults
 
 
+def test_arrays_defaults_are_the_importers():
+    """An .npz import's split defaults (train_fraction, seed: LEAF's split of each device's rows, where the
+    file marks no test rows) are fedsim.data.arrays.DEFAULTS: import_arrays' keyword defaults, the
+    `arrays` kind's keys and so the schema's (load_schema), `fedsim import-arrays`' option defaults
+    (fedsim.cli, from the kind's keys) and fedsim.import_arrays' (fedsim.api), not another command's."""
+    from fedsim import api
+    from fedsim.data import arrays
+    from fedsim.kinds import KINDS
+
+    defaults = arrays.DEFAULTS
+    assert set(defaults) == {"train_fraction", "seed"}
+    assert {key: KINDS["arrays"].keys[key]["default"] for key in defaults} == defaults
+    entry = load_schema(SCHEMA_FILE)["properties"]["datasets"]["additionalProperties"]
+    [rule] = [rule["then"] for rule in entry["allOf"] if rule["if"]["properties"]["kind"]["const"] == "arrays"]
+    assert {key: rule["properties"][key]["default"] for key in defaults} == defaults
+    assert {key: command("import-arrays").get_default(key) for key in defaults} == defaults
+    for function in (arrays.import_arrays, api.import_arrays):
+        parameters = inspect.signature(function).parameters
+        assert {key: parameters[key].default for key in defaults} == defaults, function.__module__
+
+
 def test_train_fraction_range_is_keys():
     """The range of a train_fraction (each device's share of train rows; 1 would leave every test split
     empty) is fedsim.data.keys.TRAIN_FRACTION, (0, 1): every kind's train_fraction key takes it (and so the

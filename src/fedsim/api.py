@@ -32,6 +32,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from .data.arrays import DEFAULTS as ARRAYS
 from .data.partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
 from .core.records import write_run
 from .core.settings import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS, COUNT, NON_NEGATIVE, Check, RunConfig, given_config,
@@ -268,8 +269,8 @@ def generate_synthetic(out, *, alpha=0.0, beta=0.0, iid: bool = False, name: str
     return out
 
 
-def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = PARTITION["train_fraction"],
-                  seed: int = PARTITION["seed"], classes: int | None = None) -> str:
+def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = ARRAYS["train_fraction"],
+                  seed: int = ARRAYS["seed"], classes: int | None = None) -> str:
     """Write a user's .npz of arrays to `out` as a dataset file and return its path, as
     `python -m fedsim import-arrays` does with the same options.
 
