@@ -153,7 +153,8 @@ def test_generate_synthetic_is_the_commands_dataset(tmp_path):
     (dict(devices=0), "bad devices=0: expected an integer >= 1"),
     (dict(features=2.5), "bad features=2.5: expected an integer >= 1"),
     (dict(seed=-3), "bad seed=-3: expected an integer >= 0"),
-    (dict(train_fraction=1.5), "bad train_fraction=1.5: expected a fraction in (0, 1]"),
+    (dict(train_fraction=1.5), "bad train_fraction=1.5: expected a finite number in (0, 1)"),
+    (dict(classes=1), "bad classes=1: expected an integer >= 2"),
     (dict(iid="no"), "bad iid='no': expected True or False"),
 ])
 def test_generate_synthetic_refuses_in_one_line(tmp_path, options, line):
@@ -352,7 +353,8 @@ def test_import_arrays_and_partition_dirichlets_keywords_are_the_commands_option
 
 @pytest.mark.parametrize("call, line", [
     (lambda t: fedsim.import_arrays(t / "mine.npz", t / "o.h5", train_fraction=0), "bad train_fraction=0: expected "
-                                                                                    "a fraction in (0, 1]"),
+                                                                                    "a finite number in (0, 1)"),
+    (lambda t: fedsim.import_arrays(t / "mine.npz", t / "o.h5", classes=1), "bad classes=1: expected an integer >= 2"),
     (lambda t: fedsim.import_arrays(t / "mine.npz", t / "o.h5", seed=1.5), "bad seed=1.5: expected an integer >= 0"),
     (lambda t: fedsim.import_arrays(t / "none.npz", t / "o.h5"), "{t}/none.npz: no such file"),
     (lambda t: fedsim.import_arrays(t / "mine.npz", None), "bad out=None: expected a path"),
@@ -381,6 +383,44 @@ def test_import_arrays_and_partition_dirichlet_refuse_in_one_line(tmp_path, caps
         assert cli.main(["partition-dirichlet", "--pool", str(tmp_path / "pool.h5"), "--devices", "400", "--alpha",
                          "1", "--out", str(tmp_path / "o.h5")]) == 2
         assert capsys.readouterr().err == f"fedsim partition-dirichlet: error: {line}\n"
+
+
+WRITERS = {  # each dataset writer of the API: its command, and its call and arguments with these keywords
+    "generate-synthetic": (lambda t, **kw: fedsim.generate_synthetic(t / "o.h5", devices=3, **kw),
+                           ["--name", "o", "--devices", "3"]),
+    "import-arrays": (lambda t, **kw: fedsim.import_arrays(t / "mine.npz", t / "o.h5", **kw),
+                      ["--npz", "{t}/mine.npz"]),
+    "partition-dirichlet": (lambda t, **kw: fedsim.partition_dirichlet(t / "pool.h5", t / "o.h5", devices=3, alpha=1,
+                                                                       **kw),
+                            ["--pool", "{t}/pool.h5", "--devices", "3", "--alpha", "1"]),
+}
+
+
+@pytest.mark.parametrize("command", WRITERS)
+@pytest.mark.parametrize("fraction", [1.0, 0, -0.5, float("nan")])
+def test_writers_and_their_commands_refuse_the_same_train_fraction(tmp_path, capsys, command, fraction):
+    """A train_fraction outside (0, 1) (1: every row trains, the test split is empty and test_acc reads 0)
+    is refused by the Python call and by its command alike, in one line naming train_fraction, before
+    anything is written; 0.5 is accepted by both, and splits every device's rows."""
+    npz_pool(tmp_path / "mine.npz")
+    fedsim.import_arrays(tmp_path / "mine.npz", tmp_path / "pool.h5")
+    call, arguments = WRITERS[command]
+    with pytest.raises(ValueError) as refused:
+        call(tmp_path, train_fraction=fraction)
+    assert str(refused.value) == f"bad train_fraction={fraction!r}: expected a finite number in (0, 1)"
+    argv = [command, *(a.format(t=tmp_path) for a in arguments), "--out", str(tmp_path / "o.h5")]
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*argv, "--train-fraction", str(fraction)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.splitlines()[-1]
+    assert err == f"fedsim {command}: error: argument --train-fraction: '{fraction}' is not a finite number in (0, 1)"
+    assert not (tmp_path / "o.h5").exists()
+    if fraction == 1.0:  # and the value both accept, where the test split is not empty
+        call(tmp_path, train_fraction=0.5)
+        assert cli.main([*argv[:-1], str(tmp_path / "cli.h5"), "--train-fraction", "0.5"]) == 0
+        for made in ("o.h5", "cli.h5"):
+            with FederatedDataset(tmp_path / made) as dataset:
+                assert dataset.test_sizes.sum() > 0 and dataset.train_sizes.sum() > 0, made
 
 
 def test_the_packages_top_offers_the_datasets_writers_lazily():

@@ -3,13 +3,15 @@ shut down after each test): success, checksum mismatch, interrupted transfers, m
 then the served raw files (real layouts, made by helpers/leaf_files.py) through the LEAF builders."""
 
 import hashlib
+import os
+import stat
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from fedsim.data import download
-from fedsim.data.format import FederatedDataset
+from fedsim.data import atomic, download
+from fedsim.data.format import FederatedDataset, write_dataset
 from fedsim.data.leaf import femnist, sent140, shakespeare
 
 from helpers.http_server import serve, server  # noqa: F401 (the fixture)
@@ -130,6 +132,33 @@ def test_mirror_and_local_path_are_used_without_network(server, raw, tmp_path):
         download.fetch("nist_by_class", f"{tmp_path}/d/", mirror=tmp_path / "b", base_url=dead)
     assert leftovers(tmp_path / "c") == [] and not (tmp_path / "d").exists()
     assert server.hits == {}
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o002], ids=oct)
+def test_a_fetched_file_has_the_mode_of_every_output_and_a_failed_one_leaves_nothing(server, raw, tmp_path, umask):
+    """raw_dir may be shared between users: a fetched file, downloaded or copied, gets the mode every output
+    of fedsim gets (0666 less the umask: fedsim.data.atomic), not a temporary file's private 0600. One whose
+    checksum fails leaves neither the file nor its temporary file behind."""
+    base = serve(server, raw["sent140"])
+    before = os.umask(umask)
+    try:
+        fetched = [download.fetch("sent140", f"{tmp_path}/net/", sha256=sha(raw["sent140"]), base_url=base).path,
+                   download.fetch("glove", f"{tmp_path}/copy/", local_path=raw["glove"], verify=False).path]
+        atomic.write_text(tmp_path / "outputs" / "table.csv", "a\n1\n")
+        write_dataset(tmp_path / "outputs" / "d.h5", name="d", kind="synthetic", num_classes=2, clients=["0"],
+                      train_x=np.zeros((2, 3), np.float32), train_y=[0, 1], train_offsets=[0, 2],
+                      test_x=np.zeros((1, 3), np.float32), test_y=[1], test_offsets=[0, 1], provenance={})
+        for folder, origin in (("bad_net", dict(base_url=base)), ("bad_copy", dict(local_path=raw["sent140"]))):
+            (tmp_path / folder).mkdir()
+            with pytest.raises(download.ChecksumError):
+                download.fetch("sent140", tmp_path / folder, sha256="0" * 64, backoff=0, **origin)
+    finally:
+        os.umask(before)
+    modes = {path.name: stat.S_IMODE(path.stat().st_mode)
+             for path in (*fetched, tmp_path / "outputs" / "table.csv", tmp_path / "outputs" / "d.h5")}
+    assert modes == dict.fromkeys(modes, 0o666 & ~umask)
+    assert leftovers(tmp_path / "bad_net") == leftovers(tmp_path / "bad_copy") == []  # hidden files too
+    assert leftovers(tmp_path / "net") == ["trainingandtestdata.zip"] and leftovers(tmp_path / "copy") == ["glove.6B.zip"]
 
 
 # -----------------------------------------------------------------------------

@@ -91,6 +91,51 @@ def test_synthetic_defaults_are_the_generators():
     assert default_config()["synthetic"] == defaults
 
 
+def test_arrays_defaults_are_the_importers():
+    """An .npz import's split defaults (train_fraction, seed: LEAF's split of each device's rows, where the
+    file marks no test rows) are fedsim.data.arrays.DEFAULTS: import_arrays' keyword defaults, the
+    `arrays` kind's keys and so the schema's (load_schema), `fedsim import-arrays`' option defaults
+    (fedsim.cli, from the kind's keys) and fedsim.import_arrays' (fedsim.api), not another command's."""
+    from fedsim import api
+    from fedsim.data import arrays
+    from fedsim.kinds import KINDS
+
+    defaults = arrays.DEFAULTS
+    assert set(defaults) == {"train_fraction", "seed"}
+    assert {key: KINDS["arrays"].keys[key]["default"] for key in defaults} == defaults
+    entry = load_schema(SCHEMA_FILE)["properties"]["datasets"]["additionalProperties"]
+    [rule] = [rule["then"] for rule in entry["allOf"] if rule["if"]["properties"]["kind"]["const"] == "arrays"]
+    assert {key: rule["properties"][key]["default"] for key in defaults} == defaults
+    assert {key: command("import-arrays").get_default(key) for key in defaults} == defaults
+    for function in (arrays.import_arrays, api.import_arrays):
+        parameters = inspect.signature(function).parameters
+        assert {key: parameters[key].default for key in defaults} == defaults, function.__module__
+
+
+def test_train_fraction_range_is_keys():
+    """The range of a train_fraction (each device's share of train rows; 1 would leave every test split
+    empty) is fedsim.data.keys.TRAIN_FRACTION, (0, 1): every kind's train_fraction key takes it (and so the
+    schema and each kind's own command), the synthetic generator checks by it, and the Python API's
+    writers check by the kinds' keys (tests/test_api.py: the same refusals as the commands)."""
+    from fedsim.data.keys import TRAIN_FRACTION
+    from fedsim.kinds import KINDS
+
+    rules = {name: {**kind.shared_keys, **kind.keys}.get("train_fraction") for name, kind in KINDS.items()}
+    rules = {name: rule for name, rule in rules.items() if rule is not None}
+    assert {"synthetic", "arrays", "dirichlet", "shakespeare", "sent140", "femnist62"} <= set(rules)
+    for name, rule in rules.items():
+        assert {key: value for key, value in rule.items() if key not in ("default", "description")} == TRAIN_FRACTION
+        parser = command(KINDS[name].command.name)
+        [option] = [a for a in parser._actions if a.dest == "train_fraction"]
+        assert option.type("0.5") == 0.5, name
+        for outside in ("0", "1", "1.0", "nan"):
+            with pytest.raises(argparse.ArgumentTypeError, match=r"is not a finite number in \(0, 1\)"):
+                option.type(outside)
+    for outside in (0, 1.0):
+        with pytest.raises(ValueError, match=r"^train_fraction: expected a finite number in \(0, 1\)"):
+            synthetic.synthetic_stream(alpha=0, beta=0, iid=True, train_fraction=outside)
+
+
 def test_tail_fraction_is_settings():
     """The tuning criterion's tail fraction of rounds (0.1) is fedsim.core.settings.TAIL_FRACTION: the
     default of summarise() and findings(), of the --fraction of `fedsim summarise`, `findings`,

@@ -26,26 +26,20 @@ the options.
 from __future__ import annotations
 
 import dataclasses
-import math
 import numbers
 import os
 from pathlib import Path
 
 import pandas as pd
 
+from .data.arrays import DEFAULTS as ARRAYS
 from .data.partition import DEFAULTS as PARTITION, REPEATS, SCHEMES
 from .core.records import write_run
-from .core.settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, COUNT, INDEX, NON_NEGATIVE, POSITIVE, Check, RunConfig, given_config
+from .core.settings import (CHECKPOINT_EVERY, CHECKPOINT_SECONDS, COUNT, NON_NEGATIVE, Check, RunConfig, given_config,
+                            key_check)
 from .data.synthetic import DEFAULTS as SYNTHETIC, write_synthetic
 
 SETTINGS = {f.name: f for f in dataclasses.fields(RunConfig)}
-# generate-synthetic's options (fedsim.cli), as keywords: what each value must be
-SHARE = Check(float, lambda v: math.isfinite(v) and 0 < v <= 1, "a fraction in (0, 1]")
-GENERATOR = {"alpha": NON_NEGATIVE, "beta": NON_NEGATIVE, "devices": COUNT, "features": COUNT, "classes": COUNT,
-             "train_fraction": SHARE, "seed": INDEX}
-# partition-dirichlet's and import-arrays' options, likewise
-PARTITIONER = {"devices": COUNT, "alpha": POSITIVE, "min_partition_size": COUNT, "max_retries": INDEX,
-               "train_fraction": SHARE, "seed": INDEX}
 
 
 def run(data, method: str, *, out=None, on_round=None, progress_seconds=None, checkpoint=None,
@@ -208,6 +202,17 @@ def _number(what: str, value, check: Check):
     return check.cast(value)
 
 
+def _kind_keys(kind: str, given: dict) -> dict:
+    """Keywords that are keys of the data kind `kind` (fedsim.kinds), checked by the kind's rules for them, as
+    the kind's own command checks its options and the config check a config's keys: each cast as its rule
+    reads it, or a ValueError naming it. None for a key without a default (import_arrays' classes) is left out."""
+    from .kinds import kind_of
+
+    rules = {**kind_of(kind).shared_keys, **kind_of(kind).keys}
+    return {key: _number(key, value, key_check(rules[key])) for key, value in given.items()
+            if value is not None or "default" in rules[key]}
+
+
 def _path(what: str, value) -> str:
     if not isinstance(value, (str, os.PathLike)):
         raise ValueError(f"bad {what}={value!r}: expected a path")
@@ -241,9 +246,8 @@ def generate_synthetic(out, *, alpha=0.0, beta=0.0, iid: bool = False, name: str
 
     Where `out` exists it is kept: returned as it is where it holds this very dataset (the same
     generator settings and name), refused in one line otherwise, unless `overwrite`."""
-    given = dict(alpha=alpha, beta=beta, devices=devices, features=features, classes=classes,
-                 train_fraction=train_fraction, seed=seed)
-    checked = {key: _number(key, value, GENERATOR[key]) for key, value in given.items()}
+    checked = _kind_keys("synthetic", dict(alpha=alpha, beta=beta, devices=devices, features=features,
+                                           classes=classes, train_fraction=train_fraction, seed=seed))
     if not isinstance(iid, bool):
         raise ValueError(f"bad iid={iid!r}: expected True or False")
     out = _path("out", out)
@@ -265,8 +269,8 @@ def generate_synthetic(out, *, alpha=0.0, beta=0.0, iid: bool = False, name: str
     return out
 
 
-def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = PARTITION["train_fraction"],
-                  seed: int = PARTITION["seed"], classes: int | None = None) -> str:
+def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = ARRAYS["train_fraction"],
+                  seed: int = ARRAYS["seed"], classes: int | None = None) -> str:
     """Write a user's .npz of arrays to `out` as a dataset file and return its path, as
     `python -m fedsim import-arrays` does with the same options.
 
@@ -281,10 +285,7 @@ def import_arrays(npz, out, *, name: str = "arrays", train_fraction: float = PAR
     from .data.arrays import import_arrays as write_arrays
 
     npz, out = _path("npz", npz), _path("out", out)
-    checked = {key: _number(key, value, PARTITIONER[key])
-               for key, value in dict(train_fraction=train_fraction, seed=seed).items()}
-    if classes is not None:
-        checked["classes"] = _number("classes", classes, COUNT)
+    checked = _kind_keys("arrays", dict(train_fraction=train_fraction, seed=seed, classes=classes))
     write_arrays(npz, out, name=_name(name), **checked)
     return out
 
@@ -309,9 +310,8 @@ def partition_dirichlet(pool, out, *, devices: int, alpha: float, scheme: str = 
     from .data.partition import write_dirichlet
 
     pool, out = _path("pool", pool), _path("out", out)
-    checked = {key: _number(key, value, PARTITIONER[key])
-               for key, value in dict(devices=devices, alpha=alpha, min_partition_size=min_partition_size,
-                                      max_retries=max_retries, train_fraction=train_fraction, seed=seed).items()}
+    checked = _kind_keys("dirichlet", dict(devices=devices, alpha=alpha, min_partition_size=min_partition_size,
+                                           max_retries=max_retries, train_fraction=train_fraction, seed=seed))
     for key, value, allowed in (("scheme", scheme, SCHEMES), ("repeats", repeats, REPEATS)):
         if value not in allowed:
             raise ValueError(f"bad {key}={value!r}: expected one of {', '.join(allowed)}")

@@ -392,27 +392,11 @@ FIGURE_ARGUMENTS = (
     FIGURE_OUT, RUNS)
 
 
-def _bounds(rule: dict) -> str:
-    """A key rule's numeric bounds in words: '>= 1', 'in [0, 1]', 'in (0, 1)'."""
-    low, high = rule.get("minimum", rule.get("exclusiveMinimum")), rule.get("maximum", rule.get("exclusiveMaximum"))
-    if low is not None and high is not None:
-        return (f"in {'[' if 'minimum' in rule else '('}{low:g}, {high:g}{']' if 'maximum' in rule else ')'}")
-    if low is not None:
-        return f"{'>=' if 'minimum' in rule else '>'} {low:g}"
-    return f"{'<=' if 'maximum' in rule else '<'} {high:g}" if high is not None else ""
-
-
 def _rule_type(rule: dict):
-    """An argparse type for a kind key's JSON-schema rule (integer, number): its cast and bounds, a value
-    outside them refused in one line."""
-    if rule.get("type") not in ("integer", "number"):
-        return None
-    cast, bounds = (int if rule["type"] == "integer" else float), _bounds(rule)
-    checks = {"minimum": lambda v, b: v >= b, "exclusiveMinimum": lambda v, b: v > b,
-              "maximum": lambda v, b: v <= b, "exclusiveMaximum": lambda v, b: v < b}
-    what = ("an integer" if cast is int else "a finite number") + (f" {bounds}" if bounds else "")
-    return _number(Check(cast, lambda v: math.isfinite(v) and all(check(v, rule[name]) for name, check in
-                                                                  checks.items() if name in rule), what))
+    """An argparse type for a kind key's numeric rule (settings.key_check: its cast and bounds, a value
+    outside them refused in one line); None for another rule."""
+    check = settings.key_check(rule)
+    return _number(check) if check else None
 
 
 def _key_option(kind, key: str, rule: dict) -> tuple:

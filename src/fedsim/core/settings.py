@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..data import keys
 from ..methods import ENTRIES, REGISTRY, get_method, resolve, unknown_method, variant_of
 from ..specs import model_specs
 
@@ -44,6 +45,14 @@ COUNT = Check(int, lambda v: v >= 1, "an integer >= 1")
 INDEX = Check(int, lambda v: v >= 0, "an integer >= 0")
 NON_NEGATIVE = Check(float, lambda v: math.isfinite(v) and v >= 0, "a finite number >= 0")
 POSITIVE = Check(float, lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+
+
+def key_check(rule: dict) -> Check | None:
+    """The Check of a dataset key's numeric rule (a JSON-schema property: a kind's key, fedsim.data.keys):
+    its type and bounds, as the config schema reads them; None where the rule is not numeric."""
+    if rule.get("type") not in keys.NUMERIC:
+        return None
+    return Check(keys.NUMERIC[rule["type"]], lambda v: keys.allows(rule, v), keys.expected(rule))
 
 
 def setting(default=dataclasses.MISSING, *, help: str, role: str = RESULT, choices: tuple = (),

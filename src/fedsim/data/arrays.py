@@ -25,6 +25,10 @@ import numpy as np
 from ..specs import FEATURES, IMAGE
 
 KEYS = ("x", "y", "device", "test")
+# Without `test`, each device's rows are split by LEAF's rule (-t sample --tf 0.9) with this seed: the
+# defaults of import_arrays, of the `arrays` kind's keys (the config's) and so of `fedsim import-arrays`
+# (fedsim.cli), and of fedsim.import_arrays (fedsim.api)
+DEFAULTS = {"train_fraction": 0.9, "seed": 0}
 POOL = "one: a pool for kind dirichlet"  # provenance["devices"] of a file imported without device ids
 
 
@@ -95,7 +99,8 @@ def describe(path) -> dict:
             "devices": "device" in arrays, "test": "test" in arrays}
 
 
-def import_arrays(npz, out_path, *, name, train_fraction=0.9, seed=0, classes=None) -> dict:
+def import_arrays(npz, out_path, *, name, train_fraction=DEFAULTS["train_fraction"], seed=DEFAULTS["seed"],
+                  classes=None) -> dict:
     """Write the .npz `npz` as a dataset file; returns its provenance. `classes`: the label count (default:
     the largest label + 1)."""
     from .format import first_non_finite_row, non_finite_text

@@ -18,12 +18,13 @@ import http.client
 import logging
 import os
 import shutil
-import tempfile
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from .atomic import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -141,11 +142,10 @@ def fetch(name_or_url, dest, *, sha256=None, md5=None, verify=True, mirror=None,
 
 
 def _store(dest, expected, origin, write):
-    """Run write(file) into a temp file beside dest; hash it; rename onto dest only if it checks out."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
+    """Run write(file) into a temp file beside dest (fedsim.data.atomic: the mode any output gets); hash it;
+    rename it onto dest only if it checks out (else it is removed)."""
+    with atomic_path(dest) as tmp:
+        with open(tmp, "wb") as f:
             write(f)
         actual = _file_digests(tmp)
         for algo, digest in expected.items():
@@ -154,11 +154,7 @@ def _store(dest, expected, origin, write):
                                     f"got {actual[algo]}")
         if not expected:
             log.warning("%s: no expected checksum given; got sha256 %s (record it)", dest.name, actual["sha256"])
-        os.replace(tmp, dest)
-        return Fetched(dest, actual["sha256"], origin, bool(expected), actual["md5"])
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    return Fetched(dest, actual["sha256"], origin, bool(expected), actual["md5"])
 
 
 def _download(url, f, timeout, chunk_size):

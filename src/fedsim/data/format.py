@@ -23,7 +23,6 @@ than through h5py (docs/data-format.md, benchmarks/scale.py --compare).
 
 import json
 import os
-import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ import h5py
 import numpy as np
 
 from .. import __version__
+from .atomic import atomic_path
 
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # 1: no checksums
@@ -103,11 +103,8 @@ def write_dataset_stream(path, *, name, kind, num_classes, clients, train_offset
     feature_shape, x_dtype = tuple(int(s) for s in feature_shape), np.dtype(x_dtype)
     provenance = json.dumps(provenance, sort_keys=True, default=_json_default)
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)  # as every other output of the package
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        with h5py.File(tmp, "x") as f:
+    with atomic_path(path) as tmp:  # an empty file of its own, which h5py writes over ("w")
+        with h5py.File(tmp, "w") as f:
             f.attrs.update(format_version=FORMAT_VERSION, fedsim_version=__version__, name=name, kind=kind,
                            num_classes=int(num_classes), provenance=provenance)
             f.create_dataset("clients", data=clients, dtype=h5py.string_dtype(), track_times=False)
@@ -123,9 +120,6 @@ def write_dataset_stream(path, *, name, kind, num_classes, clients, train_offset
                 if filled[split] != offsets[split][-1]:
                     raise ValueError(f"{split}_x: got {filled[split]} rows, "
                                      f"{split}_offsets[-1] is {offsets[split][-1]}")
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)  # a no-op after os.replace; otherwise drops the half-written file
 
 
 def _write_rows(split, dsets, start, x, y, num_classes):

@@ -27,6 +27,8 @@ import math
 
 import numpy as np
 
+from .keys import TRAIN_FRACTION, allows, expected
+
 GENERATOR_VERSION = 1  # bump when the draw order changes: same seed, different data
 # The generator's settings besides alpha, beta and iid, at the FedProx paper's values, by the names
 # of the workflow config's `synthetic` keys and of `fedsim generate-synthetic`'s options: their
@@ -51,8 +53,10 @@ def synthetic_stream(*, alpha, beta, iid, num_devices=DEFAULTS["devices"], num_f
     """(header, blocks): header holds write_dataset_stream's metadata, blocks yields the rows."""
     if alpha < 0 or beta < 0 or (iid and (alpha or beta)):
         raise ValueError(f"alpha, beta: expected >= 0 (and 0 when iid), got {alpha}, {beta}")
-    if min(num_devices, num_features, num_classes) < 1 or not 0 < train_fraction <= 1:
-        raise ValueError("num_devices/num_features/num_classes must be >= 1 and train_fraction in (0, 1]")
+    if min(num_devices, num_features, num_classes) < 1:
+        raise ValueError("num_devices/num_features/num_classes must be >= 1")
+    if not allows(TRAIN_FRACTION, train_fraction):
+        raise ValueError(f"train_fraction: expected {expected(TRAIN_FRACTION)}, got {train_fraction}")
     d, C = num_features, num_classes
     rng = np.random.default_rng(seed)
     sizes = device_sizes(rng, num_devices)

@@ -1,6 +1,8 @@
 """What the LEAF kinds share: LEAF's niid sampling as config keys, their device count and the
 log lines of a sampled build."""
 
+from ..data.keys import TRAIN_FRACTION
+
 FILES = {"oneOf": [{"type": "string", "minLength": 1},
                    {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}}]}
 # the count the built file must have (K = clients_fraction x devices)
@@ -23,8 +25,8 @@ def sampling_keys(fraction, min_samples, train_fraction) -> dict:
             "min_samples_rule": {"type": "string", "enum": ["more_than", "at_least"], "default": "more_than",
                                  "description": "keep users with more than (LEAF before Dec 2019, the paper's) "
                                                 "or at least min_samples samples"},
-            "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
-                               "default": train_fraction, "description": "each user's share of train samples"},
+            "train_fraction": {**TRAIN_FRACTION, "default": train_fraction,
+                               "description": "each user's share of train samples"},
             "seed": SEED, "devices": DEVICES}
 
 

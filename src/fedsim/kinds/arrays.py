@@ -2,7 +2,8 @@
 integer labels), optional device ids and test marks. Without device ids it is one pool, which a
 partition deals to devices; MCLR is its default model either way."""
 
-from ..data.arrays import describe
+from ..data.arrays import DEFAULTS, describe
+from ..data.keys import TRAIN_FRACTION
 from ..specs import Kind, KindCommand
 
 
@@ -22,10 +23,10 @@ def build(entry, files, out, name):
 KIND = Kind(
     "arrays", None,
     keys={"npz": {"type": "string", "minLength": 1},
-          "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.9,
+          "train_fraction": {**TRAIN_FRACTION, "default": DEFAULTS["train_fraction"],
                              "description": "without `test`: each device's share of train rows, LEAF's per-user "
                                             "split"},
-          "seed": {"type": "integer", "minimum": 0, "default": 0, "description": "the split's seed"},
+          "seed": {"type": "integer", "minimum": 0, "default": DEFAULTS["seed"], "description": "the split's seed"},
           "classes": {"type": "integer", "minimum": 2,
                       "description": "number of classes: labels 0 .. classes - 1 (default: largest label + 1)"}},
     required=("npz",), own_files="npz", model="mclr", describe=lambda entry: describe(entry["npz"]), build=build,

@@ -2,6 +2,7 @@
 `devices` devices: per class over the devices (flwr-datasets' DirichletPartitioner) or per device
 over the classes (Hsu et al. 2019), fedsim.data.partition. Its samples and model are its pool's."""
 
+from ..data.keys import TRAIN_FRACTION
 from ..data.partition import DEFAULTS, REPEATS, SCHEMES
 from ..specs import Kind, KindCommand
 
@@ -63,8 +64,7 @@ KIND = Kind(
           "repeats": {"type": "string", "enum": list(REPEATS), "default": DEFAULTS["repeats"],
                       "description": "a sample the pool holds more than once: dealt once (drop) or every time "
                                      "(keep; an image may then train on one device and test on another)"},
-          "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
-                             "default": DEFAULTS["train_fraction"],
+          "train_fraction": {**TRAIN_FRACTION, "default": DEFAULTS["train_fraction"],
                              "description": "each device's share of train rows, LEAF's per-user split"},
           "seed": {"type": "integer", "minimum": 0, "default": DEFAULTS["seed"], "description": "the deal's seed"}},
     required=("pool", "alpha", "devices"), pools=True, poolable=False, built=True, build=build, reads=reads,

@@ -2,14 +2,14 @@
 (fedsim.data.synthetic); the config's top-level `synthetic:` holds the settings its entries share."""
 
 from ..specs import Kind, KindCommand
+from ..data.keys import TRAIN_FRACTION
 from ..data.synthetic import DEFAULTS, MEAN_SAMPLES
 
 SHARED_KEYS = {  # the config's `synthetic:` (an entry may set its own)
     "devices": {"type": "integer", "minimum": 1, "description": "the devices"},
     "features": {"type": "integer", "minimum": 1, "description": "a sample's features"},
     "classes": {"type": "integer", "minimum": 2, "description": "the classes"},
-    "train_fraction": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1,
-                       "description": "each device's share of train rows"},
+    "train_fraction": {**TRAIN_FRACTION, "description": "each device's share of train rows"},
     "seed": {"type": "integer", "minimum": 0, "description": "the generator's seed"},
 }
 
