@@ -40,8 +40,8 @@
 # devices, sample counts from the paper's table, 25 ids a tweet, a 400,000 x 300 random embedding): its
 # time is real and its curve is not, and the step's header, result line and log say so.
 #
-# Dry mode (GPU_CHECKS_DRY=1, tests/test_gpu_checks.py): every step of the command on the CPU with tiny
-# sizes (2 devices of ~4 samples, 1 epoch, 1 repeat; the CUDA tests only collected; the calibration at
+# Dry mode (GPU_CHECKS_DRY=1, tests/test_gpu_checks.py): every step of the command on the CPU, each under
+# ten times its limit (a hang guard: a slow CI machine fails no step), with tiny sizes (2 devices of ~4 samples, 1 epoch, 1 repeat; the CUDA tests only collected; the calibration at
 # one step and a tenth of its gradient rows; the stand-in with a 4,000-word embedding; the training runs
 # on 2 devices a round, stopped at their round-2 boundary as the time limit would stop them), so that a
 # typo fails here and not on the GPU.
@@ -68,8 +68,10 @@ exec > >(tee "$log_dir/gpu_checks_$part.log") 2>&1
 dry=${GPU_CHECKS_DRY:-0}
 device=cuda
 small=()  # appended to a benchmark's arguments in dry mode: its last --device, --clients, ... win
+scale=1  # dry: every time limit x 10, a guard against a hang only (a slow or loaded CPU fails no step)
 if [ "$dry" = 1 ]; then
     device=cpu
+    scale=10
     small=(--device cpu --clients 2 --samples 4 --epochs 1 --repeats 1)
 fi
 failed=0
@@ -96,7 +98,7 @@ check() {  # check NAME SECONDS COMMAND...: COMMAND under `timeout SECONDS`, the
     local name=$1 limit=$2 start=$SECONDS status
     shift 2
     begin "$name" "$limit"
-    timeout "$limit" "$@"
+    timeout $((limit * scale)) "$@"
     status=$?
     report "$name" "$status" $((SECONDS - start)) "$limit"
 }
@@ -195,7 +197,7 @@ train_end_to_end() {  # train_end_to_end NAME RUN DATA SECONDS ROUNDS ARGS...: F
     [ "$dry" = 1 ] && { args+=(--clients-per-round 2 --epochs 1 --eval-devices 2); hold=$run.hold; echo 2 > "$hold"; }
     rm -f "$run.ckpt" "${run}_metrics.csv"
     begin "$name" $((seconds + 30))
-    FEDSIM_HOLD_FILE=$hold timeout -k 20 "$seconds" python3 -m fedsim train --data "$data" --method fedavg \
+    FEDSIM_HOLD_FILE=$hold timeout -k 20 $((seconds * scale)) python3 -m fedsim train --data "$data" --method fedavg \
         --batch-size 10 --rounds "$rounds" "${args[@]}" --device "$device" --checkpoint "$run.ckpt" \
         --checkpoint-every 1 --checkpoint-seconds 0 --progress-seconds 30 --metrics "${run}_metrics.csv" \
         --info "${run}_run.json" &
@@ -216,7 +218,7 @@ train_end_to_end() {  # train_end_to_end NAME RUN DATA SECONDS ROUNDS ARGS...: F
 }
 
 run_metrics() {  # run_metrics RUN SECONDS NAME: RUN_metrics.csv (from the checkpoint where the run was stopped), summed up
-    timeout 10 python3 - "${1}_metrics.csv" "$1.ckpt" "$2" "$3" << 'EOF'
+    timeout $((10 * scale)) python3 - "${1}_metrics.csv" "$1.ckpt" "$2" "$3" << 'EOF'
 import sys
 from pathlib import Path
 
