@@ -339,3 +339,15 @@ def test_cost_gradient_rows_are_the_lstms():
     sizes = np.arange(0, 1000)
     assert (cost.GRAD_BATCH, cost.GRAD_BATCHES) == (_lstm.GRAD_BATCH, _lstm.GRAD_BATCHES)
     np.testing.assert_array_equal(cost.grad_rows(sizes), _lstm.LSTMModel.gradient_rows(None, sizes))
+
+
+def test_size_ceilings_in_the_docs_are_the_checks():
+    """The ceilings `allow_large` lifts (fedsim.planning.configcheck) as the schema's description, the config
+    README and the workflow docs state them, and the mean device size config/README.md sizes a dataset by."""
+    from fedsim.planning import configcheck
+
+    stated = [f"{configcheck.MAX_ROUNDS:,}", f"{configcheck.MAX_RUNS:,}", f"{configcheck.MAX_DATASET_GB:g} GB"]
+    for path in ("workflow/schemas/config.schema.yaml", "config/README.md", "docs/workflow.md"):
+        text = " ".join((REPO / path).read_text().split())
+        assert all(figure in text for figure in stated), (path, stated)
+    assert f"about {synthetic.MEAN_SAMPLES:.0f} samples" in (REPO / "config" / "README.md").read_text()
