@@ -356,7 +356,7 @@ def resolve(name: str, options: dict | None = None) -> tuple[str, dict]:
     """(method name, all its options) of a method or variant name with extra `options`."""
     entry = ENTRIES.get(name)
     if entry is None:
-        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(ENTRIES)}")
+        raise ValueError(unknown_method(name))
     return entry.method.name, entry.method.resolve({**entry.options, **(options or {})})
 
 
