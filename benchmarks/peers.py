@@ -51,7 +51,7 @@ from fedsim.data.format import FederatedDataset  # noqa: E402
 from fedsim.core.engine import SGDSettings, local_sgd_auto, local_steps  # noqa: E402
 from fedsim.methods import RoundContext, get_method  # noqa: E402
 from fedsim.data.synthetic import write_synthetic  # noqa: E402
-from fedsim.core.train import RunConfig, RunData, round_devices, server_weights  # noqa: E402
+from fedsim.core.train import RunConfig, round_devices, run_data, server_weights  # noqa: E402
 from round_time import best_of  # noqa: E402  (benchmarks/ is the script's folder: on sys.path)
 
 
@@ -173,7 +173,7 @@ def main() -> None:
         config = RunConfig(data=str(path), method="fedavg", clients_per_round=k, epochs=epochs, batch_size=batch_size,
                            lr=lr, load="memory", device="cpu")
         with FederatedDataset(path) as dataset:
-            data = RunData(config, dataset)
+            data = run_data(config, dataset)
     model, train = data.model, data.eval_train
     method, sizes = get_method("fedavg"), train.sizes
     params = model.init(torch.Generator().manual_seed(0))

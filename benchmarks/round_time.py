@@ -112,7 +112,7 @@ from fedsim.core.kernel import padded  # noqa: E402
 from fedsim.methods import REGISTRY, RoundContext, get_method  # noqa: E402
 from fedsim.core.metrics import evaluate  # noqa: E402
 from fedsim.data.synthetic import write_synthetic  # noqa: E402
-from fedsim.core.train import RunConfig, RunData, round_devices, round_weights  # noqa: E402
+from fedsim.core.train import RunConfig, round_devices, round_weights, run_data  # noqa: E402
 from peak import CHAINS, PROBE_TRIES, fma_asm_check, fma_peak, sgemm_rate, vector_bits  # noqa: E402
 
 
@@ -307,7 +307,7 @@ def main() -> None:
         write_synthetic(path, name="bench", alpha=args.alpha, beta=args.beta, iid=False, seed=0)
         config = RunConfig(data=str(path), method=args.method, mu=args.mu, load="memory", device=args.device)
         with FederatedDataset(path) as dataset:
-            data = RunData(config, dataset)
+            data = run_data(config, dataset)
     model, train, test = data.model, data.eval_train, data.eval_test
     method, sizes = get_method(args.method), train.sizes
     params = model.init(torch.Generator().manual_seed(0)).to(data.device)

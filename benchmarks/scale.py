@@ -12,7 +12,7 @@ printed: seconds per round (training with its reads, plus the evaluation that fo
 mean over the rounds after the first two, which each create one of the two input buffers a streamed
 run alternates between), what a round waits for its rows and its share of the round (the issue's
 reading figure: a round's rows are read on a second thread during the round before, see
-fedsim.core.train), and the read itself: train.RunData.load, split into the file read
+fedsim.core.loading), and the read itself: loading.RunData.load, split into the file read
 (FederatedDataset.load: for MCLR on the CPU it writes the rows straight into the model's padded
 input buffer) and the rest (that buffer's bias and sentinel entries), the checksums' part of the
 file read, the evaluation part, the checks made once at open, the bytes read from disk (not served
@@ -61,7 +61,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
 from fedsim.data import format as data
-from fedsim.core import train  # noqa: E402
+from fedsim.core import loading, train  # noqa: E402
 from fedsim.data.format import SPLITS, FederatedDataset  # noqa: E402
 
 
@@ -188,8 +188,8 @@ def measure(config: train.RunConfig, raw_chunks: bool) -> dict:
     stamps, blocks, events, fetched = [], [], [], []
     start = time.perf_counter()
     try:
-        with timed(train.RunData, "round_train", "waiting", events), \
-                timed(train.RunData, "load", "reading", events), timed(FederatedDataset, "load", "file", events), \
+        with timed(loading.RunData, "round_train", "waiting", events), \
+                timed(loading.RunData, "load", "reading", events), timed(FederatedDataset, "load", "file", events), \
                 timed(train, "evaluate", "evaluation", events), recorded_fetches(fetched):
             metrics, record = train.run(config, on_round=lambda row: (stamps.append(time.perf_counter()),
                                                                       blocks.append(disk_blocks())))
@@ -224,14 +224,14 @@ def report(m: dict, label: str, raw_chunks: bool) -> None:
     print(f"  reading devices   {m['waiting']:7.3f}   = {100 * share:.0f} % of a round (target < 25 %): what the round "
           f"waits for its rows (RunData.round_train)")
     print(f"  the read itself   {m['reading']:7.3f}   = {100 * m['reading'] / m['round']:.0f} % of a round: "
-          f"train.RunData.load, read ahead on a second thread while the previous round trains")
+          f"loading.RunData.load, read ahead on a second thread while the previous round trains")
     print(f"    file            {m['file']:7.3f}   FederatedDataset.load: "
           f"{'raw checksummed chunks' if raw_chunks else 'through h5py (HDF5 checks the checksums)'}")
     if raw_chunks:
         print(f"      checksums     {m['checksums']:7.3f}   = {100 * m['checksums'] / m['reading']:.0f} % of the reading: "
               f"Fletcher-32 over the {m['chunk_bytes'] / 1e6:.0f} MB of whole chunks a round fetches "
               f"(fetching them: {m['replay_fetch']:.3f} s; both replayed after the run)")
-    print(f"    model inputs    {m['reading'] - m['file']:7.3f}   the rest of train.RunData.load (the input "
+    print(f"    model inputs    {m['reading'] - m['file']:7.3f}   the rest of loading.RunData.load (the input "
           f"buffer's bias and sentinel; fresh rows' page faults)")
     print(f"  evaluation        {m['evaluation']:7.3f}")
     print(f"  read from disk    {m['disk'] / 1e6:7.1f} MB a round (0: every read served by the page cache)")

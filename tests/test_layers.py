@@ -33,7 +33,8 @@ LAYERS = [
     ("kinds", "the data kinds, one file each: what the config and the planning know of a dataset entry, "
               "and its build (which calls the data layer's builders)"),
     ("models", "one file per model and the model contract"),
-    ("core", "the simulator: a run's settings, local SGD, the kernels, metrics, checkpoints, the round loop"),
+    ("core", "the simulator: a run's settings, how it reads its dataset, local SGD, the kernels, metrics, checkpoints, "
+              "the round loop"),
     # above the run, so a change of colour changes no training job's code fingerprint; below the planning,
     # whose captions name methods in legend order
     ("outputs", "tables over runs, the figures, how each method looks in them"),

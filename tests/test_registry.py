@@ -62,6 +62,13 @@ def test_variants_resolve_to_their_method_and_back():
         assert variant_of({"method": name, "options": json.dumps(options)}) == name  # a runs.csv row
 
 
+def test_an_unknown_name_is_refused_with_the_method_its_label_names():
+    with pytest.raises(ValueError, match=r"^unknown method 'FedAdam' \(FedAdam is fedopt\); choose one of dane, "):
+        resolve("FedAdam")
+    with pytest.raises(ValueError, match=r"^unknown method 'fedsgd'; choose one of dane, "):
+        resolve("fedsgd")
+
+
 def test_a_variant_name_becomes_method_and_options_in_the_run_config():
     config = RunConfig(data="d.h5", method="feddane_authors")
     assert config.method == "feddane" and config.options == {"correction": "authors"}

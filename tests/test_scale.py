@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from fedsim.data import format as data_module
-from fedsim.core import train as train_module
+from fedsim.core import loading, train as train_module
 from fedsim.data.format import FederatedDataset
 from tiny import read_dataset
 from fedsim.core.engine import Clients
@@ -53,7 +53,7 @@ def test_evaluation_sample_is_seeded_and_recorded(data):
 
 
 def test_auto_streams_large_splits_and_asks_for_an_evaluation_sample(data, monkeypatch):
-    monkeypatch.setattr(train_module, "STREAM_ABOVE_BYTES", 1000)
+    monkeypatch.setattr(loading, "STREAM_ABOVE_BYTES", 1000)
     _, record = run(config(data, eval_devices=4, rounds=1))
     assert record["data_access"]["load"] == "stream"
     with pytest.raises(ValueError, match="eval_devices"):
@@ -124,7 +124,7 @@ def test_round_inputs_reuse_memory_once_let_go_and_never_the_evaluation_samples(
     into a round still held, nor into the evaluation sample's, which the whole run reads. Rounds that
     shrink and grow again leave no stale sentinel row or bias behind."""
     with FederatedDataset(data) as dataset:
-        run_data = train_module.RunData(config(data, load="stream", eval_devices=5), dataset)
+        run_data = train_module.run_data(config(data, load="stream", eval_devices=5), dataset)
         evaluation = [(c, c.kernel_x.copy(), c.y.clone()) for c in (run_data.eval_train, run_data.eval_test)]
         everyone = list(range(12))
         held = run_data.load("train", everyone, reuse=True)
@@ -164,7 +164,7 @@ def test_streamed_rounds_in_reused_memory_give_the_in_memory_run(data, settings)
 def spy_loads(monkeypatch, fail_at=None):
     """Record (thread name, devices) of every RunData.load of the train split; with `fail_at`, that
     call (0 = the first) raises the error a damaged chunk gives."""
-    calls, load = [], train_module.RunData.load
+    calls, load = [], loading.RunData.load
 
     def spied(self, split, devices=None, reuse=False, copy_threads=True, to_device=True):
         if split == "train" and reuse:
@@ -173,7 +173,7 @@ def spy_loads(monkeypatch, fail_at=None):
                 raise ValueError(f"{self.dataset.path}: train data cannot be read back intact (Fletcher-32 "
                                  "mismatch); the file is damaged: rebuild it")
         return load(self, split, devices, reuse, copy_threads, to_device)
-    monkeypatch.setattr(train_module.RunData, "load", spied)
+    monkeypatch.setattr(loading.RunData, "load", spied)
     return calls
 
 
@@ -212,7 +212,7 @@ def test_a_damaged_read_ahead_stops_the_round_that_needs_its_rows(data, monkeypa
 
 def test_a_round_asking_for_other_devices_than_read_ahead_reads_them_itself(data):
     with FederatedDataset(data) as dataset:
-        run_data = train_module.RunData(config(data, load="stream", eval_devices=5), dataset)
+        run_data = train_module.run_data(config(data, load="stream", eval_devices=5), dataset)
         run_data.round_train(np.array([0, 1]), upcoming=np.array([2, 3]))
         got = run_data.round_train(np.array([4, 5]))  # not what was read ahead
         want_x, want_y = kernel_layout(data, "train", [4, 5])

@@ -16,7 +16,8 @@ from fedsim.core.engine import SGDSettings, StepGraphs, local_sgd_batched
 from fedsim.methods import LocalProblem
 from fedsim.models.char_lstm import CharLSTM
 from fedsim.models.sent140_lstm import Sent140LSTM
-from fedsim.core.train import RunConfig, RunData, run
+from fedsim.core.loading import RunData
+from fedsim.core.train import RunConfig, run
 
 from helpers.tiny_lstm import params_of, tiny_char, tiny_clients, tiny_sent, write_leaf_like
 

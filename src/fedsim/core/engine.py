@@ -57,7 +57,7 @@ class Clients:
     offsets: np.ndarray    # (held devices + 1,): the j-th held device owns rows offsets[j]:offsets[j+1]
     ids: np.ndarray | None = None  # dataset indices of the held devices, increasing; None: all, in order
     # x as the compiled kernel reads it (kernel.padded's layout): given by a loader that writes the rows
-    # there (x then a view of its first columns: fedsim.core.train.InputBuffer; gathers from it are exact, but
+    # there (x then a view of its first columns: fedsim.core.loading.InputBuffer; gathers from it are exact, but
     # a product over all of x may round differently than on contiguous rows: MKL, float64), else made
     # at its first use
     kernel_x: np.ndarray | None = None

@@ -118,7 +118,7 @@ def measure_theory(model, params, problem, local_models, train: Clients, solvers
     ||grad f||^2 and rho; and the Hessian's top eigenvector, where the next round's power iteration
     starts (run state, checkpointed: the start moves L within the iteration's tolerance, and a
     resumed run must end bit-identical)."""
-    # contiguous: x may be a view of padded rows (fedsim.core.train.InputBuffer), and MKL's float64 products
+    # contiguous: x may be a view of padded rows (fedsim.core.loading.InputBuffer), and MKL's float64 products
     # round differently with the row stride (measured): the theorems' constants stay as they were
     lipschitz, vector = hessian_max(model, params, eval_train.x[:-1].contiguous(), start)
     at_end = torch.cat([device_grads(model, w, train, [k]) for w, k in zip(local_models, solvers)])

@@ -200,24 +200,12 @@ def no_state(params, num_devices: int) -> dict:
 
 
 def weighted_average(stacked: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """sum_k weights[k] * stacked[k] over the leading device dimension, in fedsim's order
-    (fedsim.average: device by device from zeros, each product and sum rounded) for every float32 and
-    float64 tensor on the CPU, a model of one element and per-device scalars included: the same bits
-    on any CPU and BLAS. CUDA, other dtypes (no run's) and tensors autograd tracks take torch.tensordot,
-    whose order is its library's: equal to fedsim's within float tolerance, not in bits
-    (tests/test_engine.py, tests/test_cuda.py)."""
-    import torch  # here, not at the top: see the module docstring
+    """sum_k weights[k] * stacked[k] over the leading device dimension, in fedsim's order on the CPU
+    (device by device from zeros, each product and sum rounded: the same bits on any CPU and BLAS).
+    How is fedsim.average's, imported at the first call: the registry loads neither numba nor torch."""
+    from ..average import weighted_average as average
 
-    if weights.dtype != stacked.dtype:  # a no-op .to() still costs a dispatch, and rounds are short
-        weights = weights.to(stacked.dtype)
-    if stacked.device.type == "cpu" and stacked.dtype in (torch.float32, torch.float64) and \
-            not (stacked.requires_grad or weights.requires_grad):  # .numpy() refuses a tensor autograd tracks
-        from .. import average  # numpy views and one compiled call, no torch op
-
-        shape = stacked.shape
-        flat = np.ascontiguousarray(stacked.numpy().reshape(shape[0], math.prod(shape[1:])))  # prod: 0 devices too
-        return torch.from_numpy(average.weighted_sum(weights.numpy(), flat).reshape(shape[1:]))
-    return torch.tensordot(weights, stacked, dims=1)
+    return average(stacked, weights)
 
 
 def average_models(ctx: RoundContext, state: dict, local_models: torch.Tensor):
@@ -368,7 +356,7 @@ def resolve(name: str, options: dict | None = None) -> tuple[str, dict]:
     """(method name, all its options) of a method or variant name with extra `options`."""
     entry = ENTRIES.get(name)
     if entry is None:
-        raise ValueError(f"unknown method {name!r}; choose one of {', '.join(ENTRIES)}")
+        raise ValueError(unknown_method(name))
     return entry.method.name, entry.method.resolve({**entry.options, **(options or {})})
 
 
