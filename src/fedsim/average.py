@@ -10,7 +10,7 @@ weighted_average, the methods' average (fedsim.methods.weighted_average hands ev
 sends every CPU float32/float64 average to that compiled sum; the rest (CUDA, other dtypes, tensors
 that need autograd) take torch.tensordot, held to this order within float tolerance.
 
-One compiled call (about 4 us warm against tensordot's 18): numba, imported only by a run (the
+One compiled call (its cost against tensordot's: docs/performance.md): numba, imported only by a run (the
 registry, fedsim.methods, imports this module inside its weighted_average: it loads neither numba
 nor torch). Compiled code is cached beside this file, as fedsim.core.kernel's.
 """

@@ -17,8 +17,8 @@ blocks, so large files stay cheap, and kept: 1 byte a label); a bad file fails w
 Reading some devices' rows (load) fetches each 64 KiB chunk of x that holds some of them once, as
 stored, checks its checksum in a compiled loop exactly as HDF5 would, and copies the rows out;
 anything it cannot vouch for is read through HDF5 instead (see "reading checksummed chunks" below).
-The labels come from those checked at open. A round's 1,000 of 10,000 devices: about 20x faster
-than through h5py (docs/data-format.md, benchmarks/scale.py --compare).
+The labels come from those checked at open. A round's few devices of many: much faster than through
+h5py (the figure: docs/data-format.md, benchmarks/scale.py --compare).
 """
 
 import json
