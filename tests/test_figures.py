@@ -146,6 +146,19 @@ def test_a_curve_that_returns_into_the_range_comes_down_from_the_edge(tmp_path, 
     assert [(list(d.get_xdata()), list(d.get_ydata())) for d in descents] == [([2, 3], [pytest.approx(top), 2.0])]
 
 
+def test_a_one_round_excursion_has_its_rise_only_and_no_empty_mark(tmp_path, drawn):
+    """Above the range at round 1 alone: one triangle, up; the descent is drawn, and no empty unclipped line is
+    left (its box would sit at the figure's corner and break the layout)."""
+    runs = panel_runs(tmp_path, dane={0.01: [3.0, 50.0, 2.0, 1.5, 1.0]})
+    figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")
+    ax = drawn[0].axes[0]
+    color = figures.COLORS["feddane"]
+    marks = {line.get_marker(): list(line.get_xdata()) for line in ax.get_lines()
+             if line.get_color() == color and line.get_marker() in ("^", "v")}
+    assert marks == {"^": [1]}
+    assert all(len(line.get_xdata()) for line in ax.get_lines() if not line.get_clip_on())
+
+
 def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
     runs = panel_runs(tmp_path, dane={0.01: BLOWUP[:3] + [math.inf, math.inf]})
     figures.FIGURES["figure1"](runs, None, tmp_path / "f.pdf")

@@ -222,7 +222,9 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
         for i in returns:
             ax.plot(xs[i:i + 2], [top, y[i + 1]], color=COLORS[method], ls=LINESTYLES[method],
                     lw=lines[method].get_linewidth(), clip_on=False)
-        ax.plot(xs[returns], np.full(len(returns), top), "v", color=COLORS[method], ms=7, ls="none", clip_on=False)
+        back = returns[~leaves[returns]]  # (a stretch of one round: its rise's triangle marks it)
+        if len(back):  # (an empty unclipped line would stretch the layout to the figure's corner)
+            ax.plot(xs[back], np.full(len(back), top), "v", color=COLORS[method], ms=7, ls="none", clip_on=False)
         lines[method].set_ydata(np.where(leaves, top, np.where(above, np.nan, y)))
         lines[method].set_clip_on(False)  # the rise ends on the top edge itself
         lines[method].set_label(f"{lines[method].get_label()}; ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}"
