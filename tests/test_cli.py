@@ -179,3 +179,11 @@ def test_the_methods_without_a_fixed_mu_still_default_to_zero():
         assert cli.run_config(args).mu == 0.0
     mu_help = next(a.help for a in train_parser()._actions if a.dest == "mu")
     assert "required for fedprox" in mu_help
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    """`fedsim <command> --help` explains each argument: none is listed bare."""
+    [sub] = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    bare = [(name, action.dest) for name, parser in sub.choices.items() for action in parser._actions
+            if not action.help and not isinstance(action, argparse._HelpAction)]
+    assert not bare, bare

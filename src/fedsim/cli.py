@@ -355,13 +355,15 @@ class Command:
 
 
 # Options several commands share.
-OUT = _arg("--out", required=True)
+NAME_HELP = "the dataset's name, recorded in its file (the workflow gives its entry's)"
+OUT = _arg("--out", required=True, help="the file to write (atomically; its folder is made)")
 FIGURE_OUT = _arg("--out", required=True, help="figure .pdf (a .png is written beside it)")
-RUNS = _arg("runs", nargs="+")
+RUNS = _arg("runs", nargs="+", help="run.json files (each beside its metrics.csv)")
 
 
 def _tail(**kwargs) -> tuple:
     """--fraction of the commands that average the tail of each run."""
+    kwargs.setdefault("help", f"the last share of each run's rounds averaged (default: {TAIL_FRACTION:g})")
     return _arg("--fraction", type=SHARE, default=TAIL_FRACTION, **kwargs)
 
 
@@ -386,7 +388,7 @@ def _tuned_methods_option() -> tuple:
 
 FIGURE_ARGUMENTS = (
     _arg("--tuned", help="chosen_settings.csv: shows FedDANE at the chosen mu where the runs hold several"),
-    _arg("--metric", choices=list(METRICS), default="train_loss"),
+    _arg("--metric", choices=list(METRICS), default="train_loss", help="the metric drawn (default: train_loss)"),
     _arg("--x-axis", choices=["rounds", "communication_rounds"], default="rounds",
          help="communication_rounds counts FedDANE's two per round"),
     FIGURE_OUT, RUNS)
@@ -427,7 +429,8 @@ def _kind_command(kind) -> Command:
     files = tuple(_arg(f"--{option}", **keywords) for option, (_, keywords) in command.files.items())
     keys = {**kind.shared_keys, **kind.keys}
     options = tuple(_key_option(kind, key, rule) for key, rule in keys.items() if key not in command.files)
-    name = _arg("--name", default=command.dataset_name) if command.dataset_name else _arg("--name", required=True)
+    name = (_arg("--name", default=command.dataset_name, help=f"{NAME_HELP} (default: {command.dataset_name})")
+            if command.dataset_name else _arg("--name", required=True, help=NAME_HELP))
     return Command(command.name, f"{command.help} (an alias of build-dataset)", _kind_handler(kind),
                    (*files, *options, name, OUT))
 
@@ -443,7 +446,8 @@ COMMANDS = (
         _arg("--no-verify", action="store_true", help="check no checksum (the digests are printed)"),
         _arg("--mirror", help="folder holding the file under its source name (no network)"),
         _arg("--path", help="a local copy of the file (no network)"),
-        _arg("--retries", type=INDEX, default=4))),
+        _arg("--retries", type=INDEX, default=4, help="tries after a failed download, waiting longer each time "
+                                                      "(default: 4)"))),
     Command("build-dataset", "a dataset entry of any kind (fedsim.kinds, a plugin's among them), by its "
                              "kind's build", _build_dataset, (
         _arg("--entry", required=True, help="the dataset's config entry as JSON: its kind and the kind's keys "
@@ -453,7 +457,7 @@ COMMANDS = (
         _arg("--input", type=_named_input, action="append", default=[], metavar="NAME=PATH",
              help="a file of another of its inputs (a JSON import's train and test, a partition's pool, "
                   "Sent140's glove), once a file"),
-        _arg("--name", required=True),
+        _arg("--name", required=True, help=NAME_HELP),
         OUT)),
     Command("datasets-table", "devices and samples per device of dataset files: datasets.csv", _datasets_table, (
         OUT,
