@@ -351,3 +351,28 @@ def test_size_ceilings_in_the_docs_are_the_checks():
         text = " ".join((REPO / path).read_text().split())
         assert all(figure in text for figure in stated), (path, stated)
     assert f"about {synthetic.MEAN_SAMPLES:.0f} samples" in (REPO / "config" / "README.md").read_text()
+
+
+def test_docs_methods_table_is_the_registry():
+    """docs/methods.md's table of methods says of each what its Method declares: every registry name once,
+    its mu (0, the dataset's fedprox_mu, tuned; or the option tuned instead), its exchanges a round, and
+    the option defaults it quotes ("option `tau`, default 20")."""
+    import re
+
+    from fedsim.methods import ENTRIES
+
+    text = (REPO / "docs" / "methods.md").read_text()
+    table = text.split("## The methods", 1)[1].split("\n## ", 1)[0]
+    rows = [[cell.strip() for cell in line.split("|")[1:-1]] for line in table.splitlines() if line.startswith("| `")]
+    named = []
+    for names, what, mu, exchanges in rows:
+        for name in re.findall(r"`([a-z_0-9]+)`", names):
+            named.append(name)
+            method = ENTRIES[name].method
+            expected = {"tuned": "tuned", "fixed": "the dataset's `fedprox_mu`"}.get(method.mu, "0")
+            if method.tuned:
+                expected = f"0 (`{method.tuned}` tuned)"
+            assert (mu, int(exchanges)) == (expected, method.exchanges), name
+            for option, default in re.findall(r"option `(\w+)`, default ([\d.]+)", what):
+                assert method.options[option].default == float(default), (name, option)
+    assert sorted(named) == sorted(ENTRIES)
