@@ -61,17 +61,18 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
 
 from fedsim.data import format as data
+from fedsim.data import synthetic  # noqa: E402
 from fedsim.core import loading, train  # noqa: E402
 from fedsim.data.format import SPLITS, FederatedDataset  # noqa: E402
 
 
-GENERATION_MB_PER_S = {"idle": 75.0, "loaded": 21.0}  # this 2-core machine, 2026-11-22 and 2026-11-25
+GENERATION_MB_PER_S = {"idle": 75.0, "loaded": 21.0}  # a 2-core machine's generation rate, idle and loaded
 
 
 def dataset_size(devices: int, features: int, seed: int = 0) -> tuple[int, int, int]:
     """(samples, largest device, bytes on disk) of the Synthetic dataset the generator writes: its
-    first draw is the device sizes, repeated here (float32 features and int64 labels per row)."""
-    sizes = np.random.default_rng(seed).lognormal(4.0, 2.0, devices).astype(np.int64) + 50
+    first draw is the device sizes, drawn here by its own law (float32 features and int64 labels per row)."""
+    sizes = synthetic.device_sizes(np.random.default_rng(seed), devices)
     samples = int(sizes.sum())
     return samples, int(sizes.max()), samples * (4 * features + 8) + 64 * devices
 
