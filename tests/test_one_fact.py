@@ -376,3 +376,26 @@ def test_docs_methods_table_is_the_registry():
             for option, default in re.findall(r"option `(\w+)`, default ([\d.]+)", what):
                 assert method.options[option].default == float(default), (name, option)
     assert sorted(named) == sorted(ENTRIES)
+
+
+def test_random_streams_are_distinct():
+    """Randomness is keyed by (seed, round, device) and a stream word naming what is drawn: the stream
+    words declared across fedsim (`*_STREAM = n` in the simulator, the methods and the data code) are
+    all different, so no two kinds of draw ever share numbers."""
+    import importlib
+    import pkgutil
+
+    import fedsim
+
+    declared = {}
+    for info in pkgutil.walk_packages(fedsim.__path__, "fedsim."):
+        if info.name.split(".")[1] not in ("core", "methods", "data"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if name.endswith("_STREAM") and isinstance(value, int) and getattr(module, "__name__", "") == info.name:
+                declared.setdefault(value, set()).add(f"{info.name}.{name}")
+    owners = {value: names for value, names in declared.items()
+              if len({n.rsplit(".", 1)[1] for n in names}) > 1}  # the same name imported elsewhere is one stream
+    assert not owners, owners
+    assert len(declared) >= 6, declared  # train's four, the shuffle's, Scaffnew's steps
