@@ -59,11 +59,13 @@ import torch
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 sys.path.insert(0, str(SRC))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedsim.data import format as data
 from fedsim.data import synthetic  # noqa: E402
 from fedsim.core import loading, train  # noqa: E402
 from fedsim.data.format import SPLITS, FederatedDataset  # noqa: E402
+from timing import best_of  # noqa: E402
 
 
 GENERATION_MB_PER_S = {"idle": 75.0, "loaded": 21.0}  # a 2-core machine's generation rate, idle and loaded
@@ -242,12 +244,7 @@ def open_checks(path: Path, devices: np.ndarray, repeats: int = 3) -> dict:
     """Best-of seconds of the checks made at open (once a run) and of the device index check
     made at each load."""
     def best(fn):
-        times = []
-        for _ in range(repeats):
-            begun = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - begun)
-        return min(times)
+        return best_of(repeats, fn)
     with FederatedDataset(path) as dataset:
         labels = sum(len(dataset._f[f"{split}/y"]) for split in SPLITS)
         return {"open": best(lambda: FederatedDataset(path).close()),
