@@ -431,7 +431,7 @@ def _kind_command(kind) -> Command:
     options = tuple(_key_option(kind, key, rule) for key, rule in keys.items() if key not in command.files)
     name = (_arg("--name", default=command.dataset_name, help=f"{NAME_HELP} (default: {command.dataset_name})")
             if command.dataset_name else _arg("--name", required=True, help=NAME_HELP))
-    return Command(command.name, f"{command.help} (an alias of build-dataset)", _kind_handler(kind),
+    return Command(command.name, f"{command.help} (build-dataset's build of this kind, its keys as options)", _kind_handler(kind),
                    (*files, *options, name, OUT))
 
 
