@@ -219,3 +219,22 @@ def test_images_a_model_cannot_take_are_refused_at_planning(tmp_path, shape, mod
     with pytest.raises(ConfigError) as err:
         check_config(cfg, load_schema(SCHEMA_FILE), "/nowhere")
     assert str(err.value) == f"Config error at datasets.dir.model: {line}"
+
+
+def test_an_entry_given_by_hand_is_held_to_its_kinds_rules():
+    """`fedsim build-dataset --entry` checks the keys it is given as the config check would (a range, a type),
+    one line naming the key, before building; every kind's defaults pass their own rules."""
+    import jsonschema
+
+    from fedsim.kinds import KINDS, complete
+
+    for kind in KINDS.values():
+        for key, rule in {**kind.shared_keys, **kind.keys}.items():
+            if "default" in rule:
+                jsonschema.Draft7Validator(rule).validate(rule["default"])
+    entry = {"kind": "synthetic", "devices": 4, "alpha": 0, "beta": 0, "iid": False}
+    assert complete(entry)["train_fraction"] < 1
+    with pytest.raises(ValueError, match=r"^kind synthetic: bad train_fraction=1\.0: 1\.0 is greater than or equal"):
+        complete({**entry, "train_fraction": 1.0})
+    with pytest.raises(ValueError, match=r"^kind synthetic: bad devices='four': 'four' is not of type 'integer'"):
+        complete({**entry, "devices": "four"})

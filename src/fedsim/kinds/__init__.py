@@ -109,6 +109,13 @@ def complete(entry: dict) -> dict:
     missing = [key for key in kind.required if key not in full]
     if missing:
         raise ValueError(f"kind {kind.name}: the entry lacks {', '.join(missing)} (its keys: {', '.join(rules)})")
+    import jsonschema  # (only here: the registry is read at every snakemake call)
+
+    for key, value in entry.items():  # the rules the config check applies, for an entry given by hand
+        if key in rules:
+            error = jsonschema.exceptions.best_match(jsonschema.Draft7Validator(rules[key]).iter_errors(value))
+            if error is not None:
+                raise ValueError(f"kind {kind.name}: bad {key}={value!r}: {' '.join(error.message.split())}")
     return full
 
 
