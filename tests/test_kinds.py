@@ -234,6 +234,8 @@ def test_an_entry_given_by_hand_is_held_to_its_kinds_rules():
                 jsonschema.Draft7Validator(rule).validate(rule["default"])
     entry = {"kind": "synthetic", "devices": 4, "alpha": 0, "beta": 0, "iid": False}
     assert complete(entry)["train_fraction"] < 1
+    partition = {"kind": "dirichlet", "pool": "femnist62", "alpha": 0.3, "devices": 20}  # pool: a $ref rule
+    assert complete(partition)["pool"] == "femnist62"
     with pytest.raises(ValueError, match=r"^kind synthetic: bad train_fraction=1\.0: 1\.0 is greater than or equal"):
         complete({**entry, "train_fraction": 1.0})
     with pytest.raises(ValueError, match=r"^kind synthetic: bad devices='four': 'four' is not of type 'integer'"):
