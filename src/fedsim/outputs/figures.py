@@ -8,7 +8,7 @@ model's). A curve that leaves the plotted range (a diverging FedDANE) rises to t
 triangle and is not drawn until it comes back (a stretch along the edge would read as a plateau); its
 legend entry says how high it went and where it ended, instead of squashing the other curves. A round
 axis spans the planned rounds, however early the runs stopped. Each method has its own dash pattern, so curves that coincide stay
-two. A panel's legend sits below it, never over a curve: heterogeneous panels have no empty
+two, and one within a line width of another all along says so in its legend entry. A panel's legend sits below it, never over a curve: heterogeneous panels have no empty
 corner (FedDANE oscillates across the whole range).
 """
 
@@ -281,6 +281,7 @@ def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=No
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
     top = _y_range(ax, lines, metric, y_top)
     _span_rounds(ax, runs, x, log_x)
+    _name_hidden_curves(ax, lines)
     if not legend:
         return top
     # below the panel, under its x label: inside, it would cover the curves of an oscillating FedDANE
@@ -291,6 +292,30 @@ def _panel(ax, runs, tuned, metric: str, x: str, legend: bool = True, panel_k=No
     ax.legend([handles[i] for i in last], [labels[i] for i in last], loc="upper center", bbox_to_anchor=(0.5, 0),
               bbox_transform=below, fontsize=7, frameon=False, ncol=1, handlelength=2.5, borderaxespad=0)
     return top
+
+
+LINE_HEIGHT = 0.01  # of a panel's height: about a curve's line width (1.5 pt of ~150)
+
+
+def _name_hidden_curves(ax, lines: dict) -> None:
+    """A curve within a line width of an earlier one wherever both are drawn (FedDANE at mu = 0 on FedAvg's on IID
+    data) is hidden under it but for its dashes: its legend entry says on whose line it lies."""
+    drawn = {}  # method -> (its rounds, its heights as fractions of the panel), in drawing order
+    for method, line in lines.items():
+        xs, ys = np.asarray(line.get_xdata(), dtype=float), np.asarray(line.get_ydata(), dtype=float)
+        heights = _axes_heights(ax, ys)
+        under = next((first for first, (fx, fh) in drawn.items() if len(fx) == len(xs) and np.array_equal(fx, xs)
+                      and _within(fh, heights, LINE_HEIGHT)), None)
+        if under is None:
+            drawn[method] = (xs, heights)
+        else:
+            line.set_label(f"{line.get_label()} (on {LABELS[under]}'s line)")
+
+
+def _within(a: np.ndarray, b: np.ndarray, tolerance: float) -> bool:
+    """Whether two curves' heights are within `tolerance` wherever both are drawn (most of their points)."""
+    both = np.isfinite(a) & np.isfinite(b)
+    return both.sum() >= 0.9 * len(a) and bool(np.all(np.abs(a[both] - b[both]) <= tolerance))
 
 
 def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",
