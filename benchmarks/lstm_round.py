@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from fedsim.planning import calibration  # noqa: E402
 from fedsim.planning import cost  # noqa: E402
-from fedsim.data.leaf.stats import PAPER_TABLE  # noqa: E402
+from fedsim.data.paper_table import PAPER_TABLE  # noqa: E402
 from fedsim.core.engine import Clients, SGDSettings, StepGraphs, local_sgd_batched, local_sgd_loop  # noqa: E402
 from fedsim.models.char_lstm import CharLSTM  # noqa: E402
 from fedsim.models.sent140_lstm import Sent140LSTM  # noqa: E402

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from fedsim.data.leaf.common import write_partition  # noqa: E402
 from fedsim.data.leaf.sent140 import MAX_WORDS  # noqa: E402
-from fedsim.data.leaf.stats import PAPER_TABLE  # noqa: E402
+from fedsim.data.paper_table import PAPER_TABLE  # noqa: E402
 
 MIN_SAMPLES = 31  # LEAF's -k 30 keeps users with more than 30 tweets
 DIM = 300

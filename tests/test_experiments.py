@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+import numpy as np
 import pytest
 import yaml
 from snakemake.utils import update_config
@@ -103,6 +104,24 @@ def test_a_mistake_is_one_config_error_naming_the_key(edit, path, problem):
     assert caught.value.path == path and problem in caught.value.problem, caught.value
     assert "a list: write" not in caught.value.problem or "only_experiments" in path
     assert str(caught.value) == f"Config error at {path}: {caught.value.problem}" and "\n" not in str(caught.value)
+
+
+def test_the_files_a_selection_leaves_out_need_not_be_there(tmp_path):
+    """The file checks follow only_experiments / only_datasets: a JSON import the selection leaves out, and the
+    initial models of seeds no selected experiment runs, may be missing; the selected ones may not."""
+    cfg = yaml.safe_load((REPO / "config" / "config.yaml").read_text())
+    cfg["datasets"]["mine"] = {"kind": "json", "train": "/nonexistent/train", "test": "/nonexistent/test",
+                               "lr": 0.1, "batch_size": 10, "rounds": 3, "fedprox_mu": 0}
+    cfg["experiments"]["figure1"]["datasets"].append("mine")
+    np.savez(tmp_path / "init-seed0.npz", w=np.zeros(1))
+    cfg["simulator"] = {"init": str(tmp_path / "init-seed{seed}.npz")}
+    cfg["experiments"]["mine_only"] = {"datasets": ["synthetic_iid"], "methods": ["fedavg"], "epochs": 1,
+                                       "clients_per_round": 2, "seeds": [0]}
+    check_config({**copy.deepcopy(cfg), "only_experiments": ["mine_only"]}, SCHEMA, REPO)
+    with pytest.raises(ConfigError, match="init-seed1.npz: no such file"):
+        check_config({**copy.deepcopy(cfg), "only_experiments": ["figure2"]}, SCHEMA, REPO)
+    with pytest.raises(ConfigError, match="/nonexistent/train: no such file or folder"):
+        check_config({**copy.deepcopy(cfg), "only_datasets": ["mine"]}, SCHEMA, REPO)
 
 
 def selected(**only):

@@ -240,3 +240,12 @@ def test_an_entry_given_by_hand_is_held_to_its_kinds_rules():
         complete({**entry, "train_fraction": 1.0})
     with pytest.raises(ValueError, match=r"^kind synthetic: bad devices='four': 'four' is not of type 'integer'"):
         complete({**entry, "devices": "four"})
+
+
+def test_a_key_of_several_types_gets_no_numeric_check():
+    """A plugin kind's key typed as a list (["integer", "null"]) is no one number: its command option takes it
+    as given (the config schema checks it), where a crash here broke every command at import."""
+    from fedsim.core.settings import key_check
+
+    assert key_check({"type": ["integer", "null"], "minimum": 2}) is None
+    assert key_check({"type": "integer", "minimum": 2}) is not None

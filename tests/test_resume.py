@@ -99,14 +99,15 @@ def test_sigkill_then_rerun_matches_an_uninterrupted_run(data, tmp_path, method,
     proc = start_training(data, folder, method, eval_every, hold=hold)
     try:
         deadline = time.monotonic() + HANG_GUARD
-        seen, checkpoint = None, folder / "ckpt.pt"
-        while True:  # each save replaces the file (a new inode): read its round when it changes
-            try:
+        seen, checkpoint, polls = None, folder / "ckpt.pt", 0
+        while True:  # each save replaces the file: read its round when it changes, and now and then anyway
+            try:  # (two saves within one mtime tick may reuse the inode: the same stamp)
                 info = checkpoint.stat()
-                stamp = (info.st_ino, info.st_mtime_ns)
+                stamp = (info.st_ino, info.st_mtime_ns, info.st_size)
             except FileNotFoundError:
                 stamp = None
-            if stamp is not None and stamp != seen:
+            polls += 1
+            if stamp is not None and (stamp != seen or polls % 50 == 0):
                 seen = stamp
                 round_ = saved_round(checkpoint)
                 if round_ is not None and round_ >= kill_after:

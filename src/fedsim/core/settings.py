@@ -50,7 +50,7 @@ POSITIVE = Check(float, lambda v: math.isfinite(v) and v > 0, "a finite number >
 def key_check(rule: dict) -> Check | None:
     """The Check of a dataset key's numeric rule (a JSON-schema property: a kind's key, fedsim.data.keys):
     its type and bounds, as the config schema reads them; None where the rule is not numeric."""
-    if rule.get("type") not in keys.NUMERIC:
+    if not isinstance(rule.get("type"), str) or rule["type"] not in keys.NUMERIC:  # (a list of types: not one)
         return None
     return Check(keys.NUMERIC[rule["type"]], lambda v: keys.allows(rule, v), keys.expected(rule))
 

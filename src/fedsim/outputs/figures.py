@@ -200,7 +200,7 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
     """Loss: from 0 to a little above the initial loss and the baselines (FedAvg, FedProx), or to
     `top`, so a diverging FedDANE cannot squash them; a curve above the range rises to the top edge at
     a triangle, is not drawn while above (along the edge it would read as a plateau) and comes down from
-    the edge where it returns, at a downward triangle; its legend entry says how high it went and where it ended. Accuracy: 0
+    the edge where it returns (at a downward triangle after more than one round above); its legend entry says how high it went and where it ended. Accuracy: 0
     to 1. Returns the loss range's top."""
     if not metric.endswith("loss"):
         ax.set_ylim(0, 1)
@@ -219,10 +219,10 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
         # the curve rises to the edge where it leaves; the rest of the stretch is not drawn; where it returns
         # it comes down from the edge at a downward triangle, drawn apart so that the line's points stay its rounds'
         returns = np.flatnonzero(above[:-1] & ~above[1:] & np.isfinite(y[1:]))  # the last point of a stretch above
-        for i in returns:
+        back = returns[~leaves[returns]]  # (a stretch of one round: the line itself comes down from its rise)
+        for i in back:
             ax.plot(xs[i:i + 2], [top, y[i + 1]], color=COLORS[method], ls=LINESTYLES[method],
                     lw=lines[method].get_linewidth(), clip_on=False)
-        back = returns[~leaves[returns]]  # (a stretch of one round: its rise's triangle marks it)
         if len(back):  # (an empty unclipped line would stretch the layout to the figure's corner)
             ax.plot(xs[back], np.full(len(back), top), "v", color=COLORS[method], ms=7, ls="none", clip_on=False)
         lines[method].set_ydata(np.where(leaves, top, np.where(above, np.nan, y)))
@@ -315,7 +315,7 @@ def _name_hidden_curves(ax, lines: dict) -> None:
 def _within(a: np.ndarray, b: np.ndarray, tolerance: float) -> bool:
     """Whether two curves' heights are within `tolerance` wherever both are drawn (most of their points)."""
     both = np.isfinite(a) & np.isfinite(b)
-    return both.sum() >= 0.9 * len(a) and bool(np.all(np.abs(a[both] - b[both]) <= tolerance))
+    return both.sum() > 0 and both.sum() >= 0.9 * len(a) and bool(np.all(np.abs(a[both] - b[both]) <= tolerance))
 
 
 def experiment_figure(info_paths, tuned: pd.DataFrame | None, out, metric: str = "train_loss",

@@ -21,8 +21,8 @@ import yaml
 from ..data.download import SOURCES
 from ..kinds import KINDS, kind_of
 from .experiments import (ConfigError, Setting, as_list, dataset_sources, experiment_ks, lr_grid, method_kind,
-                          method_setting, method_values, mu_source, n_devices, settings as experiment_settings,
-                          tunes, used_datasets)
+                          method_setting, method_values, mu_source, n_devices, selected_experiments,
+                          settings as experiment_settings, tunes, used_datasets)
 from ..methods import ENTRIES, REGISTRY, unknown_method
 from ..core.settings import TAIL_FRACTION, RunConfig, rng_problem
 from .kinds import entry_model, fit_problem, resolved_entry, trains_linear_softmax
@@ -140,9 +140,8 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
     for name, entry in cfg["datasets"].items():  # after the files: a pool's samples are read from its file
         if KINDS[entry["kind"]].pools:
             _check_pool(cfg, name, entry)
-    for name in cfg["datasets"]:  # after the pools: a partition pooling an unknown dataset names it first
-        if name in used_datasets(cfg) or name in built_from:
-            _check_files_exist(cfg, name)
+    for name in _selected_datasets(cfg):  # after the pools: a partition pooling an unknown dataset names it first
+        _check_files_exist(cfg, name)
     for name in used_datasets(cfg):  # after the pools: a partition's samples are its pool's
         if name in cfg["datasets"]:  # (an unknown one: the experiment's check names it)
             _check_model(cfg, name)
@@ -408,6 +407,23 @@ def _check_kinds_known(cfg) -> None:
                 raise ConfigError(["datasets", name, "kind"], str(err)) from None
 
 
+def _selected(cfg) -> dict:
+    """The experiments this run makes (only_experiments, only_datasets): the files and seeds it needs are theirs
+    (a config whose other datasets' files are elsewhere still runs the selected ones); {} where the selection
+    names what is not there (selected_experiments' own line then says so, after the check)."""
+    try:
+        return selected_experiments(cfg)
+    except ConfigError:
+        return {}
+
+
+def _selected_datasets(cfg) -> list[str]:
+    """The datasets the selected experiments run, and the pools they are partitioned from."""
+    used = {d for exp in _selected(cfg).values() for d in exp["datasets"] if d in cfg["datasets"]}
+    pools = {cfg["datasets"][d].get("pool") for d in used} & set(cfg["datasets"])
+    return sorted(used | pools)
+
+
 def _check_files_exist(cfg, name) -> None:
     """The files a dataset entry names for its build (a JSON import's train and test, an .npz, LEAF JSON) are
     there: one line naming the key, not Snakemake's missing-input report."""
@@ -424,7 +440,7 @@ def _check_init_files(cfg) -> None:
     init = cfg["simulator"]["init"]
     if init is None:
         return
-    seeds = sorted({seed for exp in cfg["experiments"].values() for seed in as_list(exp.get("seeds", cfg["seeds"]))})
+    seeds = sorted({seed for exp in _selected(cfg).values() for seed in as_list(exp.get("seeds", cfg["seeds"]))})
     for seed in seeds:
         path = init.replace("{seed}", str(seed))
         if not Path(path).is_file():

@@ -46,7 +46,7 @@ from ..specs import model_spec
 from .jobs import train_device
 from ..methods import ENTRIES
 from ..core.settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS
-from ..data.leaf.stats import PAPER_TABLE  # the paper's Table 1: devices, samples, mean and stdev a device
+from ..data.paper_table import PAPER_TABLE  # the paper's Table 1: devices, samples, mean and stdev a device
 from ..core.steps import local_steps  # E x ceil(n_k / B), as the engine's batch plans (fedsim.planning.cost.local_steps as before)
 
 # CPU seconds on one thread of this project's 2-core CPU (`python -m fedsim cost --calibrate`; CPU

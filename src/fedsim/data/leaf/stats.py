@@ -5,17 +5,12 @@ import pandas as pd
 
 from ..atomic import write_csv
 from ..format import FederatedDataset
+from ..paper_table import PAPER_TABLE  # the paper's figures, for comparison
 
 PAPER_COLUMNS = ["paper_devices", "paper_samples", "paper_mean", "paper_stdev"]
 COLUMNS = ["dataset", "kind", "devices", "samples", "train_samples", "test_samples", "mean", "stdev", "min", "max",
            *PAPER_COLUMNS]
 
-# The FedProx/FedDANE paper's Table (devices, samples, mean, stdev per device), for comparison
-PAPER_TABLE = {
-    "femnist": dict(devices=200, samples=18345, mean=92, stdev=159),
-    "sent140": dict(devices=772, samples=40783, mean=53, stdev=32),
-    "shakespeare": dict(devices=143, samples=517106, mean=3616, stdev=6808),
-}
 
 
 def dataset_stats(path):
