@@ -80,7 +80,7 @@ def test_tuning_runs_are_the_grid_runs_of_the_tuned_methods():
     # a JSON import's folder that is not there: named at its key, not as Snakemake's missing input
     (lambda c: c["datasets"].update(mine={"kind": "json", "train": "/nonexistent/train", "test": "/nonexistent/test",
                                           "lr": 0.1, "batch_size": 10, "rounds": 3, "fedprox_mu": 0})
-     or c["experiments"]["figure1"].update(datasets=["mine"]), "datasets.mine.train",
+     or c["experiments"]["figure1"]["datasets"].append("mine"), "datasets.mine.train",
      "/nonexistent/train: no such file or folder"),
     # a misspelt experiment is a new one without datasets: the line says which one it is near
     (lambda c: c["experiments"].update(figur1={"rounds": 20}), "experiments.figur1.datasets",

@@ -140,13 +140,13 @@ def check_config(cfg: dict, schema: dict, project_dir, files=()) -> None:
     for name, entry in cfg["datasets"].items():  # after the files: a pool's samples are read from its file
         if KINDS[entry["kind"]].pools:
             _check_pool(cfg, name, entry)
-    for name in _selected_datasets(cfg):  # after the pools: a partition pooling an unknown dataset names it first
-        _check_files_exist(cfg, name)
     for name in used_datasets(cfg):  # after the pools: a partition's samples are its pool's
         if name in cfg["datasets"]:  # (an unknown one: the experiment's check names it)
             _check_model(cfg, name)
     for name, exp in cfg["experiments"].items():
         _check_experiment(cfg, name, exp)
+    for name in _selected_datasets(cfg):  # after the experiments, whose selection (mu_from) it follows
+        _check_files_exist(cfg, name)
     _check_shared_tuning(cfg)
     _check_rng(cfg)
     _check_init_files(cfg)
@@ -413,7 +413,7 @@ def _selected(cfg) -> dict:
     names what is not there (selected_experiments' own line then says so, after the check)."""
     try:
         return selected_experiments(cfg)
-    except ConfigError:
+    except (ConfigError, KeyError):  # (a selection or mu_from naming what is not there: its own check says so)
         return {}
 
 
