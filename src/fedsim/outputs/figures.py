@@ -694,7 +694,9 @@ def _tuning_panel(ax, data: pd.DataFrame) -> dict:
         style = dict(color=COLORS[variant], ls=LINESTYLES[variant]) if not several else {}
         style.update(marker="o", ms=3)
         heights = pd.Series(_axes_heights(ax, stats["mean"].clip(upper=top)), index=stats.index)
-        under = next((first for first, seen in drawn.items() if _within_a_marker(seen, heights)), None)
+        under = next((first for first, seen in drawn.items()
+                      if seen.index.equals(heights.index) and _within(seen.to_numpy(), heights.to_numpy(), MARKER_HEIGHT)),
+                     None)
         if under is None:
             drawn[label] = heights
         else:
@@ -721,11 +723,6 @@ def _axes_heights(ax, values) -> np.ndarray:
     """Where values fall on the panel's y axis, as a fraction of its height (log axes included)."""
     points = np.column_stack([np.ones(len(values)), np.asarray(values, dtype=float)])
     return ax.transLimits.transform(ax.transScale.transform(points))[:, 1]
-
-
-def _within_a_marker(a: pd.Series, b: pd.Series) -> bool:
-    """Whether two curves' points (axes fractions) all lie within a marker of each other: one hides the other."""
-    return a.index.equals(b.index) and bool(np.all(np.abs(a.to_numpy() - b.to_numpy()) <= MARKER_HEIGHT))
 
 
 MARKER_KEYS = {"*": "chosen value", "x": "diverged (at the top edge)"}  # the tuning panels' marks
