@@ -143,14 +143,28 @@ def test_sigusr1_stops_at_the_next_boundary_with_a_checkpoint_there(data, refere
     assert metrics_bytes(config(data), tmp_path, resumed) == reference and resumed.saved_round == 6
 
 
-def test_a_second_signal_drops_the_round_and_keeps_the_last_checkpoint(data, reference, tmp_path):
+@pytest.mark.parametrize("signals", [(signal.SIGINT, signal.SIGINT), (signal.SIGUSR1, signal.SIGTERM)])
+def test_a_second_signal_drops_the_round_and_keeps_the_last_checkpoint(data, reference, tmp_path, signals):
     """Where a round takes longer than the grace time, a second signal (a second Ctrl-C, SIGTERM after
     SIGUSR1) stops at once: the checkpoint saved before stands, whole, and resumes exactly."""
     checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=2, seconds=0)
     with StopSignals(graceful=True) as stop, pytest.raises(Stopped) as stopped:
-        run(config(data), on_round=signal_at(5, signal.SIGINT, signal.SIGINT), checkpoint=checkpoint, stop=stop)
-    assert stopped.value.dropped and stopped.value.round is None
+        run(config(data), on_round=signal_at(5, *signals), checkpoint=checkpoint, stop=stop)
+    assert stopped.value.dropped and stopped.value.round is None and stopped.value.signum == signals[1]
     assert torch.load(checkpoint.path, weights_only=True)["round"] == checkpoint.saved_round == 4
+    assert metrics_bytes(config(data), tmp_path, Checkpoint(tmp_path / "ckpt.pt")) == reference
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_machines_signal_delivered_twice_is_one_stop(data, reference, tmp_path, signum):
+    """GNU timeout sends its SIGTERM to the run and then to the run's process group, and a batch system
+    to every process of a job: the same signal again during the round is the same stop, at the boundary
+    with the checkpoint there, not a second one dropping the round."""
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt", every=1000, seconds=0)
+    with StopSignals(graceful=True) as stop, pytest.raises(Stopped) as stopped:
+        run(config(data), on_round=signal_at(5, signum, signum), checkpoint=checkpoint, stop=stop)
+    assert (stopped.value.round, stopped.value.dropped, stopped.value.signum) == (6, False, signum)
+    assert torch.load(checkpoint.path, weights_only=True)["round"] == 6
     assert metrics_bytes(config(data), tmp_path, Checkpoint(tmp_path / "ckpt.pt")) == reference
 
 
@@ -201,7 +215,7 @@ def test_the_line_says_what_was_kept(data, tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "metrics.csv").exists()
 
     argv = train_argv(data, tmp_path) + ["--checkpoint-every", "2", "--checkpoint-seconds", "0"]
-    monkeypatch.setattr(cli, "_progress", lambda config, every: ProgressStub(signal_at(3, *[signal.SIGTERM] * 2)))
+    monkeypatch.setattr(cli, "_progress", lambda config, every: ProgressStub(signal_at(3, signal.SIGUSR1, signal.SIGTERM)))
     assert cli.main(argv) == 128 + signal.SIGTERM
     assert capsys.readouterr().err == ("fedsim train: stopped by a second signal (SIGTERM), the round in progress "
                                        f"dropped; the checkpoint of round 2 in {tmp_path / 'ckpt.pt'} is kept; rerun "

@@ -7,7 +7,8 @@ and the exit status 128 + the signal's number (the shells' convention: 130 for C
 SIGTERM, 138 for SIGUSR1), apart from 0, 1 and the input errors' 2. A training run asks for
 `graceful` handling: the first signal only asks the round loop to stop at its next round boundary,
 where it saves a checkpoint (fedsim.core.train); a second one stops it at once, the round in progress
-dropped.
+dropped, unless it repeats a machine's first (SIGTERM or SIGUSR1 again): `timeout` and batch systems
+send their signal to the process and to its process group, so one stop can arrive twice.
 
 No torch and nothing of fedsim: the warm launcher (fedsim.warm) forwards these signals to its job
 before it has imported anything heavy.
@@ -22,6 +23,9 @@ import time
 
 # a batch system's walltime or scancel, Ctrl-C, a site's warning before the walltime
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+# Sent by machines, which may deliver one twice (GNU timeout: to its command, then to the command's
+# process group): a repeat is the same stop. A second SIGINT is a person's second Ctrl-C: at once.
+REPEATED_BY_MACHINES = (signal.SIGTERM, signal.SIGUSR1)
 # While the file this variable names exists, a run waits at each round boundary after its first round
 # (from the round the file holds, where it holds one).
 HOLD_FILE_ENV = "FEDSIM_HOLD_FILE"
@@ -65,9 +69,10 @@ class Stopped(BaseException):
 class StopSignals:
     """While entered, STOP_SIGNALS stop the command: the first raises Stopped at once, or, `graceful`,
     is only kept in `signal` for the round loop to read at its next boundary; then a second raises
-    Stopped at once, unless the loop has reached that boundary (`finishing`: saving its state). The handlers before are restored on exit. A signal the process was started
-    ignoring stays ignored; outside the main thread, where Python installs no handlers, it changes
-    nothing."""
+    Stopped at once, unless it repeats the first's SIGTERM or SIGUSR1 (REPEATED_BY_MACHINES) or the
+    loop has reached that boundary (`finishing`: saving its state). The handlers before are restored
+    on exit. A signal the process was started ignoring stays ignored; outside the main thread, where
+    Python installs no handlers, it changes nothing."""
 
     def __init__(self, graceful: bool = False):
         self.graceful, self.signal, self._before = graceful, None, {}
@@ -88,7 +93,8 @@ class StopSignals:
         self._before.clear()
 
     def _handle(self, signum: int, frame) -> None:
-        if self.graceful and (self.signal is None or self.finishing):
+        repeated = signum == self.signal and signum in REPEATED_BY_MACHINES
+        if self.graceful and (self.signal is None or self.finishing or repeated):
             self.signal = self.signal or signum
             return
         raise Stopped(signum, dropped=self.graceful)
