@@ -197,7 +197,7 @@ train_end_to_end() {  # train_end_to_end NAME RUN DATA SECONDS ROUNDS ARGS...: F
     [ "$dry" = 1 ] && { args+=(--clients-per-round 2 --epochs 1 --eval-devices 2); hold=$run.hold; echo 2 > "$hold"; }
     rm -f "$run.ckpt" "${run}_metrics.csv"
     begin "$name" $((seconds + 30))
-    FEDSIM_HOLD_FILE=$hold timeout -k 20 $((seconds * scale)) python3 -m fedsim train --data "$data" --method fedavg \
+    FEDSIM_HOLD_FILE=$hold timeout -k $((20 * scale)) $((seconds * scale)) python3 -m fedsim train --data "$data" --method fedavg \
         --batch-size 10 --rounds "$rounds" "${args[@]}" --device "$device" --checkpoint "$run.ckpt" \
         --checkpoint-every 1 --checkpoint-seconds 0 --progress-seconds 30 --metrics "${run}_metrics.csv" \
         --info "${run}_run.json" &

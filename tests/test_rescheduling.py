@@ -86,4 +86,5 @@ def test_the_job_rate_limit_still_holds(tmp_path):
     subprocess.run([sys.executable, "-m", "snakemake", "--cores", "4", "--max-jobs-per-timespan", "3/1s", "-q"],
                    cwd=tmp_path, env=env(), check=True, capture_output=True, timeout=120)
     written = sorted(path.stat().st_mtime for path in (tmp_path / "out").iterdir())
-    assert len(written) == 12 and written[-1] - written[0] >= 2.5
+    # the last batch starts 3 s after the first; its jobs' start-up may be a second quicker than the first's
+    assert len(written) == 12 and written[-1] - written[0] >= 2

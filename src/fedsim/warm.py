@@ -52,6 +52,7 @@ import time
 from pathlib import Path
 
 from .core.stopping import STOP_SIGNALS, StopSignals, Stopped, exit_status
+from .specs import PLUGINS_ENV
 
 IDLE_SECONDS = 60.0
 START_TIMEOUT = 120.0     # seconds to wait for a new server's imports (a cold page cache is slow)
@@ -62,8 +63,9 @@ PRELOAD = ("torch", "numpy", "pandas", "h5py", "fedsim.cli", "fedsim.core.train"
 COMPILED = ("fedsim.core.kernel", "fedsim.core.shuffle")  # preloaded modules whose warm_up() compiles their numba code
 COMPILED_COMMANDS = ("train",)  # commands that call COMPILED code (another one that does compiles it itself)
 # Read once at import by torch and the BLAS libraries: a job with other values gets another server.
+# The registries of methods, models and kinds are built at import too, with the plugin folders' files.
 IMPORT_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
-              "NUMBA_CACHE_DIR")
+              "NUMBA_CACHE_DIR", PLUGINS_ENV)
 BATCH_JOB_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "_CONDOR_JOB_AD", "FLUX_JOB_ID",
                  "OAR_JOB_ID", "COBALT_JOBID")
 HEADER = struct.Struct("!I")
@@ -83,6 +85,10 @@ def server_key(package_dir: Path | None = None) -> str:
     for path in sorted(package_dir.rglob("*.py")):
         info = path.stat()
         parts.append(f"{path.relative_to(package_dir)} {info.st_size} {info.st_mtime_ns}")
+    for folder in filter(None, os.environ.get(PLUGINS_ENV, "").split(os.pathsep)):  # a user's own methods, ...
+        for path in sorted(Path(folder).rglob("*.py")):
+            info = path.stat()
+            parts.append(f"{path} {info.st_size} {info.st_mtime_ns}")
     cgroup = Path("/proc/self/cgroup")
     if cgroup.exists():
         parts.append(cgroup.read_text())
@@ -121,14 +127,33 @@ def launch(argv: list[str]) -> int:
 
 class _ForwardSignals(StopSignals):
     """The launcher's STOP_SIGNALS: sent on to the job once it runs in the server's child (`pid`), which
-    stops as a cold `fedsim` would (fedsim.core.stopping) and reports its exit code; before that, they stop
-    the launcher at once (Stopped)."""
+    stops as a cold `fedsim` would (fedsim.core.stopping) and reports its exit code; before the request
+    is sent, they stop the launcher at once (Stopped). In between, the job may already run while its
+    process id is on its way: they wait in `pending` for `started` (sent on) or `not_started` (Stopped)."""
 
-    pid = None
+    def __init__(self):
+        super().__init__()
+        self.pid, self.requested, self.pending = None, False, []
 
     def _handle(self, signum: int, frame) -> None:
-        if self.pid is None:
+        if self.pid is not None:
+            self._send(signum)
+        elif self.requested:
+            self.pending.append(signum)
+        else:
             raise Stopped(signum)
+
+    def started(self, pid: int) -> None:
+        self.pid = pid
+        while self.pending:
+            self._send(self.pending.pop(0))
+
+    def not_started(self) -> None:
+        self.requested = False
+        if self.pending:
+            raise Stopped(self.pending[0])
+
+    def _send(self, signum: int) -> None:
         try:
             os.kill(self.pid, signum)
         except ProcessLookupError:  # the job has just ended: its exit code is on its way
@@ -141,16 +166,18 @@ def _launch(argv: list[str], signals: _ForwardSignals) -> int:
         return _run_cold(argv)
     try:
         conn = _connect(socket_path(server_key()))
+        signals.requested = True  # from now on the job may be running
         _send_request(conn, argv)
         reply = _recv_exact(conn, 1 + HEADER.size)  # b"S" and the job's process id
         started = reply[:1] == b"S"
     except OSError:
         started = False
     if not started:
+        signals.not_started()
         return _run_cold(argv)
     # From here on the job runs in the server's child: wait for its exit code, sending it the signals
     # this process gets. If this process is killed, the socket closes and the child stops too.
-    signals.pid = HEADER.unpack(reply[1:])[0]
+    signals.started(HEADER.unpack(reply[1:])[0])
     reply = _recv_exact(conn, HEADER.size)
     if not reply:
         print("fedsim.warm: the job's process ended without an exit code (killed by a signal?)", file=sys.stderr)

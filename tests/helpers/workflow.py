@@ -67,8 +67,10 @@ def copy_workflow(dest, with_src=False):
         # the jobs import it before the repository's src/ (workflow/rules/checkout.smk). Its numba
         # cache comes along (tests/conftest.py fills it): numba keys it on each source file's time
         # and size, which the copy keeps, so the copy's jobs load the kernels instead of compiling
-        # them; a file a test then edits is compiled anew. Python's own bytecode is left behind.
-        shutil.copytree(SRC, dest / "src", ignore=shutil.ignore_patterns("*.pyc"))
+        # them; a file a test then edits is compiled anew. Python's own bytecode is left behind, and
+        # the files other processes are still writing there (numba's NAME.tmp.UUID, Python's
+        # NAME.pyc.ID), which may be renamed away between the listing and the copy.
+        shutil.copytree(SRC, dest / "src", ignore=shutil.ignore_patterns("*.pyc", "*.tmp.*", "*.pyc.*"))
     return dest
 
 
