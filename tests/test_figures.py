@@ -77,6 +77,16 @@ def test_one_row_of_datasets_in_the_papers_order(tmp_path, drawn):
     assert set(lines(axes[0])) == {"FedAvg", "FedProx (μ=1)", "FedDANE (μ=0.01)"}
 
 
+def test_a_generated_set_unlike_the_papers_says_how_in_its_title():
+    """A scaled-up Synthetic (1,1) must not read as the paper's: what its generator set otherwise is named."""
+    paper = {"generator": "fedsim.synthetic", "iid": False, "alpha": 1.0, "beta": 1.0, "num_devices": 30,
+             "num_features": 60, "num_classes": 10, "seed": 0, "train_fraction": 0.9}
+    title = lambda **prov: figures.dataset_title({"dataset": {"name": "mine", "provenance": {**paper, **prov}}})
+    assert title() == "Synthetic (1,1)"
+    assert title(num_devices=1000, seed=3) == "Synthetic (1,1), 1000 devices, seed 3"
+    assert title(iid=True, num_features=100, num_classes=5) == "Synthetic IID, 100 features, 5 classes"
+
+
 def test_a_round_axis_has_whole_rounds_only(tmp_path, drawn):
     """A short run (here 4 rounds, the quick run's 20) is not ticked at half or 2.5 rounds."""
     figures.FIGURES["figure1"](panel_runs(tmp_path), None, tmp_path / "f.pdf")

@@ -10,9 +10,9 @@ from fedsim.outputs.tables import checkout_commit, read_findings, render
 from helpers.run_records import fake_run
 
 
-def rendered(tmp_path, runs, tuned=None):
+def rendered(tmp_path, runs, tuned=None, across_k=True):
     out = tmp_path / "findings.csv"
-    args = ["findings", "--fraction", "0.5", "--across-k", "--out", str(out), *runs]
+    args = ["findings", "--fraction", "0.5", *(["--across-k"] if across_k else []), "--out", str(out), *runs]
     assert cli.main(args + (["--tuned", str(tuned)] if tuned else [])) == 0
     tables = tmp_path / "tables.md"
     assert cli.main(["tables", "--findings", str(out), "--commit", "abc1234", "--config", "config/x.yaml",
@@ -36,6 +36,7 @@ def test_a_table_ranks_each_method_with_its_seeds_range_and_what_it_cost(tmp_pat
     assert text.splitlines()[0] == ("Rendered by `python -m fedsim tables` from `results/summary/findings_x.csv` "
                                     "(commit abc1234; config: config/x.yaml).")
     assert "**synthetic_0_0** (K = 10, E = 20, 2 rounds, 2 seeds):" in text
+    assert text.count("`*`: the seeds alone rank this curve differently") == 1
     rows = rows_of(text)
     assert rows["DANE (K = 30)"][:5] == ["1", "DANE (K = 30)", "mu 0", "0.100 (0.100)", "0.800 (0.800)"]
     assert rows["SCAFFOLD"][:4] == ["2", "SCAFFOLD", "-", "1.000 (0.500-1.500) *"]
@@ -48,6 +49,20 @@ def test_a_table_ranks_each_method_with_its_seeds_range_and_what_it_cost(tmp_pat
     assert "gradients / run (M)" in render(counted, "f.csv", "abc1234", "c.yaml")
     assert [cells[6:] for cells in rows.values()] == [["2,500", "2.50"], ["2,500", "0.40"], ["2,500", "0.30"],
                                                       ["2,500", "0.20"]]
+
+
+def test_a_figure_of_a_panel_per_k_has_a_table_per_k(tmp_path):
+    """Figure 2's panels: one K each, ranked apart; each gets its own heading and ranks from 1, and no
+    note on `*` where no seed disagrees."""
+    runs = [fake_run(tmp_path, method=method, K=K, losses=[3, 2, loss + K / 100])
+            for K in (10, 30) for method, loss in (("fedavg", 1.0), ("scaffold", 0.5))]
+    text = rendered(tmp_path, runs, across_k=False)
+    headings = [line for line in text.splitlines() if line.startswith("**")]
+    assert headings == ["**synthetic_0_0** (K = 10, E = 20, 2 rounds, 1 seed):",
+                        "**synthetic_0_0** (K = 30, E = 20, 2 rounds, 1 seed):"]
+    ranks = [line.split("|")[1:3] for line in text.splitlines() if line.startswith("| ") and "rank" not in line]
+    assert [[c.strip() for c in r] for r in ranks] == [["1", "SCAFFOLD"], ["2", "FedAvg"]] * 2
+    assert "`*`" not in text
 
 
 def test_an_edge_of_a_tuning_grid_is_named(tmp_path):

@@ -28,6 +28,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from ..data.atomic import atomic_path  # noqa: E402
+from ..data.synthetic import DEFAULTS as SYNTHETIC_DEFAULTS  # noqa: E402
 from ..methods import ENTRIES, FAMILIES, LABELS, setting_value, variant_of  # noqa: E402
 from ..core.settings import TAIL_FRACTION  # noqa: E402
 from .styles import COLORS, LEGEND, LINESTYLES, METRICS  # noqa: E402
@@ -60,11 +61,21 @@ def _generated(prov: dict) -> bool:
     return {"alpha", "beta", "iid"} <= prov.keys()
 
 
+# A generated set's provenance keys, the generator's setting each holds, and how a title says it
+_SCALE = (("num_devices", "devices", "{} devices"), ("num_features", "features", "{} features"),
+          ("num_classes", "classes", "{} classes"), ("seed", "seed", "seed {}"))
+
+
 def dataset_title(record: dict) -> str:
+    """A panel's title: a generated set as the paper names it, with what it sets unlike the paper's
+    generator (a scaled-up set must not read as the paper's), else the dataset's name."""
     prov = _provenance(record)
-    if _generated(prov):  # generated here, not imported
-        return "Synthetic IID" if prov.get("iid") else f"Synthetic ({prov['alpha']:g},{prov['beta']:g})"
-    return record["dataset"]["name"]
+    if not _generated(prov):  # imported, not generated here
+        return record["dataset"]["name"]
+    title = "Synthetic IID" if prov.get("iid") else f"Synthetic ({prov['alpha']:g},{prov['beta']:g})"
+    unlike = [said.format(prov[key]) for key, setting, said in _SCALE
+              if key in prov and prov[key] != SYNTHETIC_DEFAULTS[setting]]
+    return ", ".join([title, *unlike])
 
 
 def panel_order(record: dict) -> tuple:

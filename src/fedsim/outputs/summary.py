@@ -177,8 +177,8 @@ def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False
     stats["tuned"] = [tuned_text(row) for row in stats.to_dict("records")]
     columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "label", "setting", "value", "lr",
                "tuned", "grid_edge", "lr_edge", "seeds", *stats.columns[len(curve) + 1:-4]]
-    return stats[columns].sort_values(["dataset", *([] if across_k else ["clients_per_round"]), "epochs", "rank"],
-                                      kind="stable")
+    return stats[columns].assign(across_k=across_k).sort_values(
+        ["dataset", *([] if across_k else ["clients_per_round"]), "epochs", "rank"], kind="stable")
 
 
 def panel_ranks(frame: pd.DataFrame, panel: list[str]) -> pd.Series:

@@ -1,6 +1,7 @@
 """A figure's findings (fedsim.outputs.summary.findings) as the Markdown tables the docs show.
 
-One table per panel of the figure (a dataset, at its K, E and rounds), its curves by rank: each
+One table per panel of the figure (a dataset, at its K, E and rounds; every K where the findings
+ranked them in one panel, `across_k`), its curves by rank: each
 method at its tuned values, its tail loss and test accuracy (mean over seeds, their range, `*` where
 the seeds rank it differently), where a tuned value sits at its grid's edge, and what a run cost (the
 vectors sent down and up, the per-sample gradients computed). A line above the tables names the
@@ -15,7 +16,7 @@ import subprocess
 
 import pandas as pd
 
-PANEL = ["dataset", "epochs", "rounds"]  # a successors panel holds every K of its dataset
+PANEL = ["dataset", "clients_per_round", "epochs", "rounds"]  # a successors panel holds every K (across_k)
 COLUMNS = ["rank", "method", "tuned", "tail loss (seeds' range)", "tail test acc (range)", "at a grid edge",
            "vectors / run", "gradients / run"]
 
@@ -30,9 +31,16 @@ def read_findings(path) -> pd.DataFrame:
 def render(findings: pd.DataFrame, source: str, commit: str, config: str) -> str:
     """The tables of one findings file (`source`: its path as the docs cite it)."""
     lines = [f"Rendered by `python -m fedsim tables` from `{source}` (commit {commit}; config: {config}).", ""]
-    for key, panel in findings.groupby(PANEL, sort=False):
-        lines += [panel_heading(dict(zip(PANEL, key)), panel), "", *table(panel), ""]
+    across_k = bool(findings["across_k"].any()) if "across_k" in findings else False
+    columns = [c for c in PANEL if not (across_k and c == "clients_per_round")]
+    for key, panel in findings.groupby(columns, sort=False):
+        lines += [panel_heading(dict(zip(columns, key)), panel), "", *table(panel), ""]
+    if any(loss_cell(curve).endswith(" *") for curve in findings.to_dict("records")):
+        lines += [SEEDS_NOTE, ""]
     return "\n".join(lines)
+
+
+SEEDS_NOTE = "`*`: the seeds alone rank this curve differently (its place is seed noise)."
 
 
 def panel_heading(key: dict, panel: pd.DataFrame) -> str:
