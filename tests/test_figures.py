@@ -122,7 +122,7 @@ def test_both_feddanes_are_shown_each_at_its_own_tuned_mu(tmp_path, drawn):
                        tuned_table([("synthetic_0_0", 10, 20, 4, 1)], correction="authors")])
     figures.FIGURES["figure1"](runs, tuned, tmp_path / "f.pdf")
     assert set(lines(drawn[0].axes[0])) == {"FedAvg", "FedProx (μ=1)", "FedDANE (μ=0.1)",
-                                            "FedDANE, authors' code (μ=1)"}
+                                            "FedDANE, authors' correction (μ=1)"}
     figures.tuning_figure(runs, tuned, tmp_path / "t.pdf", fraction=0.5)
     stars = {line.get_color(): line.get_xdata()[0] for line in drawn[1].axes[0].get_lines()
              if line.get_marker() == "*"}
@@ -350,7 +350,7 @@ def test_tuning_curves_on_one_another_are_rings_named_under_the_panel_and_the_ma
     figures.tuning_figure(runs, tuned, tmp_path / "t.pdf", fraction=0.5)
     ax = drawn[0].axes[0]
     curves = lines(ax)
-    assert curves["FedDANE"].get_markerfacecolor() != "none" and curves["FedDANE, authors' code"].get_markersize() == 3
+    assert curves["FedDANE"].get_markerfacecolor() != "none" and curves["FedDANE, authors' correction"].get_markersize() == 3
     rings = [curves[label] for label in ("FedDANE, decayed", "FedDANE, pipelined")]
     assert all(ring.get_markerfacecolor() == "none" for ring in rings)
     assert sorted(ring.get_markersize() for ring in rings) == [5.5, 8.0]

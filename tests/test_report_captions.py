@@ -47,6 +47,11 @@ def test_a_custom_experiments_captions_are_of_its_own_methods_grids_and_data():
     assert figure.settings == "FedAvg: mu = 0; FedDyn: alpha tuned over [0.01] in each setting (the tuned values: " \
                               "TUNED.csv)."
     assert not any(word in words for word in PAPERS_WORDS), words
+    # FedDyn's default, its paper's plain mean over devices, minimises another loss than the curves show
+    assert "FedDyn runs its paper's plain mean over devices (weighting: paper)" in figure.notes
+    aligned = mine_config()
+    aligned["method_options"] = {"feddyn": {"weighting": "samples"}}
+    assert "weighting" not in captions.figure(checked(aligned), "mine", "F", "T").notes
     tuning = captions.tuning(cfg)
     assert tuning.methods == "FedDyn" and tuning.grids == "alpha over [0.01]: FedDyn (mine)" and tuning.reuse == ""
     assert not any(word in " ".join(vars(tuning).values()) for word in PAPERS_WORDS)
@@ -63,7 +68,7 @@ def test_the_papers_experiments_keep_the_papers_findings():
     for name in ("figure1", "figure2", "figure3"):
         figure = captions.figure(cfg, name, "F", "T")
         assert figure.finding.startswith(f"Paper's finding (Figure {name[-1]})"), figure.finding
-        assert "\"FedDANE, authors' code\" is the correction term the authors' code computed" in figure.notes
+        assert "\"FedDANE, authors' correction\" is the correction term the authors' code computed" in figure.notes
         assert figure.exchanges.endswith("as in the paper, it is plotted as one.")
     assert "the mu tuned in figure1 on the same dataset" in captions.figure(cfg, "figure2", "F", "T").settings
     beyond = captions.figure(cfg, "beyond", "F", "T")

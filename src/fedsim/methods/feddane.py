@@ -67,5 +67,5 @@ METHOD = Method(
     gradients="sampled", mu="tuned", down=2,  # the model, then g_t
     options={"correction": Option("exact", "the linear term: the paper's (exact) or the authors' code's",
                                   choices=CORRECTIONS)},
-    variants={"feddane_authors": Variant("FedDANE, authors' code", {"correction": "authors"}, mclr_only=True)},
+    variants={"feddane_authors": Variant("FedDANE, authors' correction", {"correction": "authors"}, mclr_only=True)},
 )

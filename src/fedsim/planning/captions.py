@@ -39,10 +39,11 @@ PAPER_METHODS = ("fedavg", "fedprox", "feddane")
 # variants the paper suggests, SCAFFOLD. A caption holds the notes of the methods its experiment ran.
 NOTES = {
     "feddane": "FedDANE is the paper's Algorithm 2 (local correction g_t - grad F_k(w^{t-1}))",
-    "feddane_authors": "\"FedDANE, authors' code\" is the correction term the authors' code computed instead (g_t "
+    "feddane_authors": "\"FedDANE, authors' correction\" is the correction term the authors' code computed instead (g_t "
                        "minus two entries of the device's bias gradient, one for every kernel entry, one for every "
                        "bias entry), the term every FedDANE curve of the paper on synthetic data and FEMNIST was "
-                       "produced with",
+                       "produced with; the rest of its run is as the paper's FedDANE (config/authors.yaml replays "
+                       "their code whole)",
     "scaffold": "SCAFFOLD (Karimireddy et al., 2020) corrects client drift with control variates at one exchange "
                 "per round",
     "feddane_decayed": "decayed FedDANE scales its correction by 1/(1 + t/tau), tau = {tau} rounds",
@@ -77,7 +78,7 @@ def _join(items) -> str:
 
 
 def label(method) -> str:
-    """A method's or variant's name in the figures, quoted where it holds a comma (FedDANE, authors' code)."""
+    """A method's or variant's name in the figures, quoted where it holds a comma (FedDANE, authors' correction)."""
     text = ENTRIES[method].label
     return f'"{text}"' if "," in text else text
 
@@ -140,10 +141,20 @@ def settings_text(cfg, experiment, tuned_path) -> str:
     return text + (f" (the tuned values: {tuned_path})" if tuned else "") + "."
 
 
+# Methods whose `weighting: paper` (their papers' plain mean over devices) minimises another objective
+# than the n_k-weighted f every metric measures
+PLAIN_MEAN_NOTE = ("{label} runs its paper's plain mean over devices (weighting: paper): it minimises the "
+                   "unweighted mean of the device losses, not the sample-weighted loss the curves measure "
+                   "(weighting: samples in method_options aligns it)")
+
+
 def method_note(cfg, method) -> str | None:
-    """What a method is, where its label does not say it (NOTES; decayed FedDANE's with its tau)."""
+    """What a method is, where its label does not say it (NOTES; decayed FedDANE's with its tau; a
+    method minimising another objective than the curves measure)."""
     if method == "feddane_decayed":
         return NOTES[method].format(tau=ex.fmt(method_options_resolved(cfg, method)["tau"]))
+    if method_options_resolved(cfg, method).get("weighting") == "paper":
+        return PLAIN_MEAN_NOTE.format(label=label(method))
     return NOTES.get(method)
 
 
@@ -220,7 +231,7 @@ def figure(cfg, experiment, findings_path, tuned_path) -> Caption:
 
 def tuning_items(cfg) -> list[str]:
     """Each grid tuned over, with the methods tuned over it and the experiments that tune them: "alpha over
-    [0.01]: FedDyn (mine)", "mu over [0, 1]: FedDANE (figure1 and beyond), "FedDANE, authors' code" (figure1)"."""
+    [0.01]: FedDyn (mine)", "mu over [0, 1]: FedDANE (figure1 and beyond), "FedDANE, authors' correction" (figure1)"."""
     grids: dict[str, dict[str, list[str]]] = {}  # grid text -> method -> experiments
     for name, exp in cfg["experiments"].items():
         if ex.mu_source(cfg, name) != "grid":
