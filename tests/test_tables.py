@@ -65,6 +65,15 @@ def test_a_figure_of_a_panel_per_k_has_a_table_per_k(tmp_path):
     assert "`*`" not in text
 
 
+def test_the_tables_follow_the_figures_order_of_datasets(tmp_path):
+    """IID first, then by rising heterogeneity, as the figures' panels: not the names' alphabetical order."""
+    runs = [fake_run(tmp_path, method="fedavg", dataset=name, alpha=alpha, iid=iid)
+            for name, alpha, iid in (("synthetic_0.5_0.5", 0.5, False), ("synthetic_0_0", 0.0, False),
+                                     ("synthetic_iid", 0.0, True))]
+    headings = [line.split("**")[1] for line in rendered(tmp_path, runs).splitlines() if line.startswith("**")]
+    assert headings == ["synthetic_iid", "synthetic_0_0", "synthetic_0.5_0.5"]
+
+
 def test_an_edge_of_a_tuning_grid_is_named(tmp_path):
     dane = {mu: fake_run(tmp_path, mu=mu, losses=[3, 2, loss]) for mu, loss in ((0.1, 1.5), (1, 1.0))}
     tuned = tmp_path / "chosen_settings.csv"

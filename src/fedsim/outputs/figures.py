@@ -14,7 +14,6 @@ corner (FedDANE oscillates across the whole range).
 
 from __future__ import annotations
 
-import json
 import textwrap
 
 import matplotlib
@@ -32,7 +31,7 @@ from ..data.synthetic import DEFAULTS as SYNTHETIC_DEFAULTS  # noqa: E402
 from ..methods import ENTRIES, FAMILIES, LABELS, setting_value, variant_of  # noqa: E402
 from ..core.settings import TAIL_FRACTION  # noqa: E402
 from .styles import COLORS, LEGEND, LINESTYLES, METRICS  # noqa: E402
-from .summary import tail_mean, tuning_scores  # noqa: E402
+from .summary import generated, panel_order, provenance, tail_mean, tuning_scores  # noqa: E402
 from ..core.records import read_run  # noqa: E402
 
 X_AXES = {"rounds": ("round", "# rounds"),
@@ -50,17 +49,6 @@ TUNED = tuple(name for name in LEGEND if ENTRIES[name].method.tuned_setting)
 SYMBOLS = {"mu": "μ", "alpha": "α", "lambda": "λ", "server_lr": "η_s", "eps": "ε", "p": "p"}  # a setting's name in legends
 
 
-def _provenance(record: dict) -> dict:
-    prov = record["dataset"].get("provenance") or {}
-    return json.loads(prov) if isinstance(prov, str) else prov
-
-
-def _generated(prov: dict) -> bool:
-    """A synthetic dataset generated here, not imported: its provenance names alpha, beta and iid (a
-    partition's names alpha alone)."""
-    return {"alpha", "beta", "iid"} <= prov.keys()
-
-
 # A generated set's provenance keys, the generator's setting each holds, and how a title says it
 _SCALE = (("num_devices", "devices", "{} devices"), ("num_features", "features", "{} features"),
           ("num_classes", "classes", "{} classes"), ("seed", "seed", "seed {}"))
@@ -69,21 +57,13 @@ _SCALE = (("num_devices", "devices", "{} devices"), ("num_features", "features",
 def dataset_title(record: dict) -> str:
     """A panel's title: a generated set as the paper names it, with what it sets unlike the paper's
     generator (a scaled-up set must not read as the paper's), else the dataset's name."""
-    prov = _provenance(record)
-    if not _generated(prov):  # imported, not generated here
+    prov = provenance(record)
+    if not generated(prov):  # imported, not generated here
         return record["dataset"]["name"]
     title = "Synthetic IID" if prov.get("iid") else f"Synthetic ({prov['alpha']:g},{prov['beta']:g})"
     unlike = [said.format(prov[key]) for key, setting, said in _SCALE
               if key in prov and prov[key] != SYNTHETIC_DEFAULTS[setting]]
     return ", ".join([title, *unlike])
-
-
-def panel_order(record: dict) -> tuple:
-    """The paper's order: synthetic sets by rising heterogeneity (IID first), then the rest."""
-    prov = _provenance(record)
-    if _generated(prov):
-        return (0, not prov.get("iid"), prov.get("alpha", 0), prov.get("beta", 0), record["dataset"]["name"])
-    return (1, False, 0, 0, record["dataset"]["name"])
 
 
 def load_runs(info_paths) -> list[tuple[pd.DataFrame, dict]]:

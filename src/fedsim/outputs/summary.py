@@ -70,6 +70,32 @@ def _run_row(info_path, fraction: float) -> dict:
     return row
 
 
+def provenance(record: dict) -> dict:
+    prov = record["dataset"].get("provenance") or {}
+    return json.loads(prov) if isinstance(prov, str) else prov
+
+
+def generated(prov: dict) -> bool:
+    """A synthetic dataset generated here, not imported: its provenance names alpha, beta and iid (a
+    partition's names alpha alone)."""
+    return {"alpha", "beta", "iid"} <= prov.keys()
+
+
+def panel_order(record: dict) -> tuple:
+    """The paper's order of datasets (figures' panels, findings' tables): synthetic sets by rising
+    heterogeneity (IID first), then the rest."""
+    prov = provenance(record)
+    if generated(prov):
+        return (0, not prov.get("iid"), prov.get("alpha", 0), prov.get("beta", 0), record["dataset"]["name"])
+    return (1, False, 0, 0, record["dataset"]["name"])
+
+
+def dataset_order(runs: pd.DataFrame) -> dict[str, int]:
+    """Each dataset of summarise's `runs` -> its place in panel_order (one record read per dataset)."""
+    keys = {row.dataset: panel_order(read_run(row.run)[1]) for row in runs.drop_duplicates("dataset").itertuples()}
+    return {name: place for place, name in enumerate(sorted(keys, key=keys.get))}
+
+
 def summarise(info_paths, fraction: float = TAIL_FRACTION) -> pd.DataFrame:
     """One row per run; diverged_round stays empty for runs that did not diverge; the tail columns
     average the last `fraction` of rounds (the tuning criterion's rule)."""
@@ -177,8 +203,10 @@ def findings(info_paths, fraction: float = TAIL_FRACTION, across_k: bool = False
     stats["tuned"] = [tuned_text(row) for row in stats.to_dict("records")]
     columns = ["dataset", "clients_per_round", "epochs", "rounds", "method", "label", "setting", "value", "lr",
                "tuned", "grid_edge", "lr_edge", "seeds", *stats.columns[len(curve) + 1:-4]]
+    order = dataset_order(runs)
     return stats[columns].assign(across_k=across_k).sort_values(
-        ["dataset", *([] if across_k else ["clients_per_round"]), "epochs", "rank"], kind="stable")
+        ["dataset", *([] if across_k else ["clients_per_round"]), "epochs", "rank"], kind="stable",
+        key=lambda column: column.map(order) if column.name == "dataset" else column)
 
 
 def panel_ranks(frame: pd.DataFrame, panel: list[str]) -> pd.Series:
