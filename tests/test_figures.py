@@ -197,7 +197,7 @@ def test_a_diverging_curve_does_not_squash_the_others(tmp_path, drawn):
     drawn_y = list(dane.get_ydata())
     assert drawn_y[:2] == [3.0, pytest.approx(1.15 * 3.0)] and all(math.isnan(v) for v in drawn_y[2:])
     assert [(x, color) for color, x, _ in crosses(ax)] == [(3, figures.COLORS["feddane"])]
-    assert dane.get_label() == "FedDANE (μ=0.01): ✕ diverged at round 3; ▲ up to 40, ends at 40"
+    assert dane.get_label() == "FedDANE (μ=0.01): ✕ diverged at round 3\n▲ up to 40, ends at 40"
     assert ax.get_legend().get_texts()[2].get_text() == dane.get_label()
     legend, axes_box = ax.get_legend().get_window_extent(), ax.get_window_extent()
     assert legend.y1 <= axes_box.y0  # below the panel: it covers no curve

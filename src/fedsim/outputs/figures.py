@@ -218,9 +218,8 @@ def _y_range(ax, lines: dict, metric: str, top: float | None = None) -> float | 
             ax.plot(xs[back], np.full(len(back), top), "v", color=COLORS[method], ms=7, ls="none", clip_on=False)
         lines[method].set_ydata(np.where(leaves, top, np.where(above, np.nan, y)))
         lines[method].set_clip_on(False)  # the rise ends on the top edge itself
-        lines[method].set_label(f"{lines[method].get_label()}; ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}"
-                                if ": ✕" in lines[method].get_label() else
-                                f"{lines[method].get_label()}: ▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}")
+        # on a line of its own: beside a long label it would run into the next panel's legend
+        lines[method].set_label(f"{lines[method].get_label()}\n▲ up to {finite.max():.3g}, ends at {finite[-1]:.3g}")
     return top
 
 
