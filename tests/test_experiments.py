@@ -11,7 +11,7 @@ import pytest
 import yaml
 from snakemake.utils import update_config
 
-from fedsim.planning import experiments
+from fedsim.planning import experiments, jobs
 from fedsim.planning.configcheck import check_config, load_schema
 from fedsim.planning.experiments import ConfigError
 
@@ -349,3 +349,17 @@ def test_a_run_is_listed_in_the_order_of_its_fields():
             and r.seed == "0" and r.K == "10"]
     assert mine == ["synthetic_1_1/fedavg/mu0_K10_E20_seed0", "synthetic_1_1/fedavg/mu0_K10_E20_lr0.003_seed0",
                     "synthetic_1_1/fedavg/mu0_K10_E20_lr0.03_seed0"]
+
+
+def test_a_dataset_of_another_model_leaves_the_others_runs_on_their_default():
+    """One entry naming a model beside entries that do not: pandas holds the plan's model column as strings
+    with NaN for the others, which must stay runs of their default model (no '_nan' folder, no --model nan)."""
+    cfg = config_with()
+    cfg["datasets"]["synthetic_1_1"]["model"] = "cnn"  # (the config check would refuse it; the plan does not care)
+    cfg.setdefault("method_options", {})  # (the config check's default)
+    runs = experiments.runs_of(cfg, experiments.plan(cfg))
+    assert {run.model for run in runs} == {None, "cnn"}
+    assert all((run.model == "cnn") == (run.dataset == "synthetic_1_1") for run in runs)
+    assert not [run for run in runs if "nan" in experiments.run_path(cfg, run)]
+    csv = jobs.planned_runs_csv(cfg, experiments.plan(cfg), lambda run: experiments.run_path(cfg, run))
+    assert "nan" not in csv.lower()

@@ -360,11 +360,16 @@ def plan(cfg, tuned=None) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=PLAN_COLUMNS).drop_duplicates(ignore_index=True)
 
 
+def specs_of(table: pd.DataFrame) -> list[RunSpec]:
+    """The run records of rows of a plan. A run of its dataset's default model has model None: pandas holds
+    a column of names and Nones as strings with NaN, which is no model's name."""
+    return [RunSpec(**{**row, "model": row["model"] if isinstance(row["model"], str) and row["model"] else None})
+            for row in table[list(RUN_FIELDS)].to_dict("records")]
+
+
 def runs_of(cfg, table: pd.DataFrame) -> list[RunSpec]:
     """The distinct runs of rows of a plan whose value is known, in run_order."""
-    known = table[table["value"] != "tuned"]
-    runs = {RunSpec(**row) for row in known[list(RUN_FIELDS)].to_dict("records")}
-    return sorted(runs, key=run_order(cfg))
+    return sorted(set(specs_of(table[table["value"] != "tuned"])), key=run_order(cfg))
 
 
 def runs_by_path(cfg, table: pd.DataFrame) -> dict[str, RunSpec]:

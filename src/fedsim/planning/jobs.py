@@ -20,7 +20,7 @@ from pathlib import Path
 from ..data import atomic
 from ..specs import FILE_KINDS, MODELS_DIR, model_file
 from ..kinds import BUILT_KINDS, KINDS, PLUGIN_KIND_FILES
-from .experiments import RUN_FIELDS, RunSpec
+from .experiments import RunSpec, specs_of
 from .kinds import entry_dissimilarity, resolved_entry, trains_linear_softmax
 from ..methods import ENTRIES, PLUGIN_METHOD_FILES, USES, resolve
 
@@ -106,9 +106,9 @@ def planned_runs_csv(cfg, plan, run_dir) -> str:
     (`run_dir(run)`; empty while its value is `tuned`). The value is `mu`, as runs.csv names it, `setting`
     saying whose value it is."""
     datasets = [cfg["datasets"][name] for name in plan["dataset"]]
-    runs = [RunSpec(**row) for row in plan[list(RUN_FIELDS)].to_dict("records")]
+    runs = specs_of(plan)
     table = plan.assign(
-        model=[model or "" for model in plan["model"]],
+        model=[run.model or "" for run in runs],
         batch_size=[entry["batch_size"] for entry in datasets],
         options=[method_options_text(cfg, m) for m in plan["method"]],
         eval_devices=[entry.get("eval_devices", "") for entry in datasets],
