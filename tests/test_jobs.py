@@ -5,6 +5,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from fedsim import methods
 from fedsim.planning import jobs
 
 
@@ -104,8 +105,8 @@ def test_a_methods_runs_are_fingerprinted_with_its_modules_and_a_plugins_by_its_
     own = tmp_path / "plugins" / "methods" / "mine.py"
     own.parent.mkdir(parents=True)
     own.write_text("from fedsim.methods import fedavg\n")
-    monkeypatch.setitem(jobs.USES, "mine", {"mine", "fedavg"})
-    monkeypatch.setitem(jobs.PLUGIN_METHOD_FILES, "mine", own)
+    monkeypatch.setitem(methods.USES, "mine", {"mine", "fedavg"})
+    monkeypatch.setitem(methods.PLUGIN_METHOD_FILES, "mine", own)
     paths = jobs.method_fingerprint(package, tmp_path / "code", "mine")
     assert [Path(p).name for p in paths] == ["core.train+methods.fedavg.txt", "methods.mine.txt"]
     assert Path(paths[1]).read_text() == f"{hashlib.sha256(own.read_bytes()).hexdigest()}  {own}\n"

@@ -62,6 +62,35 @@ def test_the_cli_trains_it_and_the_schema_knows_it(plugins, tmp_path):
     assert code == 0, out
 
 
+def test_a_fixed_method_does_not_resume_the_checkpoint_its_bug_left(tmp_path):
+    """A plugin method that fails at round 7 leaves the checkpoint of round 5; with the file fixed, the rerun
+    starts over (the checkpoint holds the code's digest, fedsim.core.sources) and gives the fixed code's run,
+    not the buggy rounds 1-5 continued."""
+    folder = tmp_path / "plugins"
+    (folder / "methods").mkdir(parents=True)
+    method = folder / "methods" / f"{NAME}.py"
+    fixed = documented()
+    step = 'return ctx.params + ctx.options["scale"] * (average - ctx.params), state'
+    assert step in fixed
+    buggy = step.replace('ctx.options["scale"]', "0.25")  # rounds 1-5 unlike the fixed code's
+    method.write_text(fixed.replace(step, f'if ctx.round == 6:\n        raise RuntimeError("the bug")\n    {buggy}'))
+    env = plugin_env(folder)
+    data = tmp_path / "s.h5"
+    assert run(env, "-m", "fedsim", "generate-synthetic", "--name", "s", "--devices", "4", "--out", str(data))[0] == 0
+    train = ["-m", "fedsim", "train", "--data", str(data), "--method", NAME, "--option", "scale=0.5", "--rounds", "9",
+             "--clients-per-round", "2", "--checkpoint-every", "5", "--checkpoint-seconds", "0"]
+    code, out = run(env, *train, "--checkpoint", str(tmp_path / "ck.pt"), "--metrics", str(tmp_path / "m.csv"),
+                    "--info", str(tmp_path / "r.json"))
+    assert code != 0 and "the bug" in out and (tmp_path / "ck.pt").exists(), out
+    method.write_text(fixed)
+    code, out = run(env, *train, "--checkpoint", str(tmp_path / "ck.pt"), "--metrics", str(tmp_path / "m.csv"),
+                    "--info", str(tmp_path / "r.json"))
+    assert code == 0 and "saved by other code" in out and "resumed" not in out, out
+    code, out = run(env, *train, "--metrics", str(tmp_path / "clean.csv"), "--info", str(tmp_path / "clean.json"))
+    assert code == 0, out
+    assert (tmp_path / "m.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
+
+
 def test_a_name_taken_is_refused_in_one_line_naming_both_files(tmp_path):
     for folder, name in ((tmp_path / "a", "fedprox"), (tmp_path / "b", NAME)):
         (folder / "methods").mkdir(parents=True)

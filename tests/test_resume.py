@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from fedsim.core.checkpoint import Checkpoint
+from fedsim.core.sources import run_code_digest
 from fedsim.core.stopping import HOLD_FILE_ENV
 from fedsim.core.train import RunConfig, run, write_run
 
@@ -175,6 +176,21 @@ def test_checkpoint_of_another_shuffle_stream_is_ignored(data, tmp_path, stream)
         saved["shuffle_stream"] = stream
     torch.save(saved, checkpoint.path)
     with pytest.warns(UserWarning, match="another mini-batch stream"):
+        assert checkpoint.load(config(data), params, {}) is None
+
+
+@pytest.mark.parametrize("code", [None, "0" * 64])  # None: saved before checkpoints held their code's digest
+def test_checkpoint_of_other_code_is_ignored(data, tmp_path, code):
+    """A state another version of the method, model or round loop saved would continue under this one's: a
+    fix would resume the bug's rounds. Start over."""
+    checkpoint = Checkpoint(tmp_path / "ckpt.pt")
+    params = torch.zeros(11, 4)
+    checkpoint.save(config(data), 10, params, run(config(data, rounds=9))[0].to_dict("records"), {})
+    saved = torch.load(checkpoint.path, weights_only=True)
+    assert saved["code"] == run_code_digest(config(data).method)
+    saved.pop("code")
+    torch.save(saved if code is None else {**saved, "code": code}, checkpoint.path)
+    with pytest.warns(UserWarning, match="saved by other code"):
         assert checkpoint.load(config(data), params, {}) is None
 
 

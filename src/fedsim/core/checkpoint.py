@@ -18,6 +18,7 @@ import torch
 from . import shuffle
 from ..data.atomic import atomic_path
 from .settings import CHECKPOINT_EVERY, CHECKPOINT_SECONDS, RunConfig, fingerprint
+from .sources import run_code_digest
 
 
 @dataclass
@@ -29,7 +30,8 @@ class Checkpoint:
     as SCAFFOLD's control variates; the authors' shuffle: each device's epoch count; with
     `theory`, the power iteration's start) are the whole state: a resumed run ends
     bit-identical to one never interrupted. The file is written atomically; one that cannot
-    be read, or belongs to other settings or another mini-batch stream (fedsim.core.shuffle), is
+    be read, or belongs to other settings, another mini-batch stream (fedsim.core.shuffle) or
+    other code (a method, model or simulator file edited since: fedsim.core.sources), is
     ignored with a warning.
     """
 
@@ -46,7 +48,8 @@ class Checkpoint:
 
     def save(self, config: RunConfig, round_: int, params: torch.Tensor, rows: list[dict],
              state: dict[str, torch.Tensor]) -> None:
-        saved = {"settings": _fingerprint(config), "shuffle_stream": shuffle.stream_of(config.rng), "round": round_,
+        saved = {"settings": _fingerprint(config), "shuffle_stream": shuffle.stream_of(config.rng),
+                 "code": run_code_digest(config.method), "round": round_,
                  "metric_rounds": [row["round"] for row in rows],
                  "params": params.cpu(), "rows": rows, "state": {k: v.cpu() for k, v in state.items()}}
         with atomic_path(self.path) as tmp:
@@ -65,6 +68,9 @@ class Checkpoint:
                 raise ValueError("it was saved by a run with other settings")
             if saved.get("shuffle_stream") != shuffle.stream_of(config.rng):  # none: before streams were named
                 raise ValueError("it was saved by a run with another mini-batch stream")
+            if saved.get("code") != run_code_digest(config.method):  # a fix must not resume the bug's rounds
+                raise ValueError("it was saved by other code (the method's, a model's or the simulator's files "
+                                 "have changed since)")
             # which rounds carry metrics, as saved (a file from before it said so: its rows' rounds)
             metric_rounds = saved.get("metric_rounds", [row["round"] for row in rows])
             if values.shape != params.shape or not 0 < round_ <= config.rounds \

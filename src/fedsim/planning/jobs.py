@@ -10,10 +10,8 @@ changes.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
-import os
 import shlex
 from pathlib import Path
 
@@ -21,8 +19,9 @@ from ..data import atomic
 from ..specs import FILE_KINDS, MODELS_DIR, model_file
 from ..kinds import BUILT_KINDS, KINDS, PLUGIN_KIND_FILES
 from .experiments import RunSpec, specs_of
+from ..core.sources import method_entries, package_code
 from .kinds import entry_dissimilarity, resolved_entry, trains_linear_softmax
-from ..methods import ENTRIES, PLUGIN_METHOD_FILES, USES, resolve
+from ..methods import ENTRIES, resolve
 
 # A dataset entry's keys that say how its runs train, not what the dataset holds
 TRAINING_KEYS = ("lr", "batch_size", "rounds", "fedprox_mu", "eval_devices", "eval_every", "dissimilarity", "load",
@@ -183,71 +182,6 @@ def train_mem_mb(cfg, dataset) -> int:
 # The code a job runs, from its modules' imports
 # ---------------------------------------------------------------------------------------
 
-def _module_file(package_dir, dotted):
-    """src/fedsim/<dotted name as a path>.py or that package's __init__.py; None if neither exists."""
-    base = package_dir.joinpath(*dotted.split(".")) if dotted else package_dir
-    candidates = [base.with_suffix(".py"), base / "__init__.py"] if dotted else [base / "__init__.py"]
-    return next((path for path in candidates if path.is_file()), None)
-
-
-_IMPORTS = {}  # (file, its mtime and size, module) -> the names it imports: each file version parsed once
-
-
-def _imported(package_dir, dotted):
-    """The fedsim modules (dotted names) one module imports, at any depth of its code (a lazy
-    import inside a function is code the job runs too). A file's parse is remembered per version
-    (path, mtime, size), so the entry sets of one workflow parse each module once; which of the
-    names are modules is checked every time."""
-    path = _module_file(package_dir, dotted)
-    stat = path.stat()
-    key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size, dotted)
-    if key not in _IMPORTS:
-        _IMPORTS[key] = _import_names(dotted, path)
-    return {m for m in _IMPORTS[key] if _module_file(package_dir, m)}
-
-
-def _import_names(dotted, path):
-    """Every dotted name under fedsim that a module's imports may name: `from X import a` names X
-    and X.a (a submodule, or only a name in X: the caller keeps those that are files)."""
-    parts = dotted.split(".") if dotted else []
-    package = parts if path.name == "__init__.py" else parts[:-1]
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level:
-            base = package[: len(package) - node.level + 1] + (node.module.split(".") if node.module else [])
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "fedsim":
-            base = node.module.split(".")[1:]
-        elif isinstance(node, ast.Import):
-            found |= {".".join(a.name.split(".")[1:]) for a in node.names if a.name.split(".")[0] == "fedsim"}
-            continue
-        else:
-            continue
-        found.add(".".join(base))
-        found |= {".".join([*base, a.name]) for a in node.names}
-    return frozenset(found)
-
-
-def package_code(package_dir, *entries):
-    """The package's source files a job running the modules `entries` executes: each one, what it
-    imports, transitively, and the packages' __init__.py on the way. Derived from the imports, so a
-    refactor cannot silently stop (or start) reruns. Empty where the workflow's checkout has no
-    src/ (the package installed elsewhere). The methods' registry finds the method modules at run
-    time, so no import names them: train_code adds the run's own."""
-    package_dir = Path(package_dir)
-    if not package_dir.is_dir():
-        return []
-    seen, todo = set(), list(entries)
-    while todo:
-        dotted = todo.pop()
-        if dotted in seen:
-            continue
-        seen.add(dotted)
-        parts = dotted.split(".")
-        todo += [".".join(parts[:i]) for i in range(len(parts))]  # its packages' __init__ run first
-        todo += sorted(_imported(package_dir, dotted))
-    return sorted(os.path.relpath(_module_file(package_dir, m)) for m in seen)  # relative to the cwd
-
-
 def fingerprint_name(*entries) -> str:
     """The name of the fingerprint of the code that runs the modules `entries`: the entries
     joined by '+', e.g. train+methods.feddane."""
@@ -300,11 +234,10 @@ def method_fingerprint(package_dir, out_dir, method: str) -> list[str]:
     imports with fedsim's method modules the method's code is in (fedsim.methods.USES: its own, those
     it builds on, no other method's) and, for a user's own method (FEDSIM_PLUGINS), its file, wherever
     it is (<out_dir>/methods.<name>.txt): an edit of either reruns that method's runs and no other."""
-    uses = sorted(USES[method])
-    plugins = [m for m in uses if m in PLUGIN_METHOD_FILES]
-    own = code_fingerprint(package_dir, out_dir, "core.train", *(f"methods.{m}" for m in uses if m not in plugins))
-    return own + [path for m in plugins
-                  for path in file_fingerprint(out_dir, f"methods.{m}", [str(PLUGIN_METHOD_FILES[m])])]
+    entries, plugins = method_entries(method)
+    own = code_fingerprint(package_dir, out_dir, "core.train", *entries)
+    return own + [path for name, file in plugins.items()
+                  for path in file_fingerprint(out_dir, f"methods.{name}", [str(file)])]
 
 
 def kind_fingerprint(package_dir, out_dir, kind: str) -> list[str]:
