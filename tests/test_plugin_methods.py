@@ -91,27 +91,47 @@ def test_a_fixed_method_does_not_resume_the_checkpoint_its_bug_left(tmp_path):
     assert (tmp_path / "m.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
 
 
+def one_line(env):
+    """What `fedsim train --help` says under a broken plugin folder: its exit code and its one line."""
+    code, out = run(env, "-m", "fedsim", "train", "--help")
+    assert code == 2 and len(out.strip().splitlines()) == 1 and out.startswith("fedsim: error: "), out
+    return out.strip()
+
+
+def test_a_broken_plugin_file_is_named_in_one_line(tmp_path):
+    """A syntax error, an exception at import, an option named mu (the proximal term's): one line naming
+    the file and what is wrong, from `fedsim` and from the warm launcher the workflow's jobs run."""
+    (tmp_path / "methods").mkdir()
+    method = tmp_path / "methods" / f"{NAME}.py"
+    broken = documented().replace("def server_update(", "def server_update((")
+    at = next(n for n, text in enumerate(broken.splitlines(), 1) if "server_update((" in text)
+    for text, said in ((broken, f"line {at}: SyntaxError"),
+                       ("raise KeyError('beta')\n", "KeyError: 'beta'"),
+                       (documented().replace('"scale"', '"mu"'), "an option named 'mu' is the proximal term's")):
+        method.write_text(text)
+        line = one_line(plugin_env(tmp_path))
+        assert str(method) in line and said in line, line
+    code, out = run({**plugin_env(tmp_path), "FEDSIM_WARM": "0"}, "-m", "fedsim.warm", "train", "--help")
+    assert code == 2 and out.strip().splitlines() == [line], out
+
+
 def test_a_name_taken_is_refused_in_one_line_naming_both_files(tmp_path):
     for folder, name in ((tmp_path / "a", "fedprox"), (tmp_path / "b", NAME)):
         (folder / "methods").mkdir(parents=True)
         (folder / "methods" / f"{name}.py").write_text(documented().replace(f'name="{NAME}"', f'name="{name}"'))
     # a built-in's name: refused, naming the plugin's file and fedsim's
-    code, out = run(plugin_env(tmp_path / "a"), "-m", "fedsim", "train", "--help")
-    line = out.strip().splitlines()[-1]
-    assert code != 0 and str(tmp_path / "a" / "methods" / "fedprox.py") in line, out
+    line = one_line(plugin_env(tmp_path / "a"))
+    assert str(tmp_path / "a" / "methods" / "fedprox.py") in line, line
     assert "fedsim/methods/fedprox.py" in line and "declared already" in line, out
     # another plugin folder's name
     (tmp_path / "c" / "methods").mkdir(parents=True)
     (tmp_path / "c" / "methods" / f"{NAME}.py").write_text(documented())
-    code, out = run(plugin_env(f"{tmp_path / 'b'}{os.pathsep}{tmp_path / 'c'}"), "-m", "fedsim", "train", "--help")
-    line = out.strip().splitlines()[-1]
-    assert code != 0 and str(tmp_path / "b" / "methods" / f"{NAME}.py") in line, out
-    assert str(tmp_path / "c" / "methods" / f"{NAME}.py") in line, out
+    line = one_line(plugin_env(f"{tmp_path / 'b'}{os.pathsep}{tmp_path / 'c'}"))
+    assert str(tmp_path / "b" / "methods" / f"{NAME}.py") in line and str(tmp_path / "c" / "methods" / f"{NAME}.py") in line
     # a file whose METHOD is named otherwise
     (tmp_path / "d" / "methods").mkdir(parents=True)
     (tmp_path / "d" / "methods" / "other.py").write_text(documented())
-    code, out = run(plugin_env(tmp_path / "d"), "-m", "fedsim", "train", "--help")
-    assert code != 0 and "METHOD = Method(name='other'" in out.strip().splitlines()[-1], out
+    assert "METHOD = Method(name='other'" in one_line(plugin_env(tmp_path / "d"))
 
 
 def plugin_config():

@@ -204,15 +204,26 @@ def plugin_files(part: str) -> list[Path]:
             if not path.name.startswith("_")]
 
 
+class PluginError(ImportError):
+    """A file of a user's own (FEDSIM_PLUGINS) that cannot be read as what its folder says it is: every
+    registry is built at import, so the commands turn it into one line naming the file (fedsim.__main__)."""
+
+
 def import_plugin(part: str, path: Path):
-    """A user's own file of `part`, imported from where it is, as module fedsim_plugin_<part>.<stem>."""
+    """A user's own file of `part`, imported from where it is, as module fedsim_plugin_<part>.<stem>; what
+    goes wrong in it (a syntax error, an exception at import) is a PluginError naming it."""
     import importlib.util
     import sys
 
     spec = importlib.util.spec_from_file_location(f"fedsim_plugin_{part}.{path.stem}", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        del sys.modules[spec.name]
+        line = f" line {err.lineno}" if isinstance(err, SyntaxError) else ""
+        raise PluginError(f"{path}{line}: {type(err).__name__}: {getattr(err, 'msg', None) or err}") from err
     return module
 
 

@@ -186,9 +186,9 @@ def _launch(argv: list[str], signals: _ForwardSignals) -> int:
 
 
 def _run_cold(argv: list[str]) -> int:
-    from .cli import main
+    from .__main__ import console
 
-    return main(argv)
+    return console(argv)
 
 
 def _connect(path: Path) -> socket.socket:
@@ -385,11 +385,11 @@ def _stop_at_once(signum: int, frame) -> None:
 def _run_job(argv: list[str], compiles: _Compiles) -> int:
     sys.argv = ["fedsim", *argv]
     try:
-        from .cli import main
+        from .__main__ import console
 
         if argv[:1] and argv[0] in COMPILED_COMMANDS:
             compiles.wait()
-        code = main(argv)
+        code = console(argv)
     except Stopped as stopped:  # before the command's own signal handling began
         print(f"fedsim {' '.join(argv[:1])}: {stopped.line()}", file=sys.stderr)
         code = exit_status(stopped.signum)

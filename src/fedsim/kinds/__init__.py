@@ -14,7 +14,7 @@ import os
 import sys
 from pathlib import Path
 
-from ..specs import Kind, PLUGINS_ENV, TOKEN_SAMPLES, import_plugin, plugin_files
+from ..specs import Kind, PLUGINS_ENV, TOKEN_SAMPLES, PluginError, import_plugin, plugin_files
 
 KINDS: dict[str, Kind] = {}   # filled below, in place: a plugin kind's file may import the planning first
 KIND_FILES: dict[str, Path] = {}  # each kind's file (a plugin's is fingerprinted for its builds)
@@ -22,7 +22,7 @@ PLUGIN_KIND_FILES: dict[str, Path] = {}
 KINDS_DIR = Path(__file__).parent
 
 
-class KindFileError(ImportError):
+class KindFileError(PluginError):
     """A kind file that does not declare a kind as fedsim.kinds reads it (one line naming the file)."""
 
 

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from ..specs import import_plugin, plugin_files
+from ..specs import PluginError, import_plugin, plugin_files
 
 if TYPE_CHECKING:
     import torch
@@ -289,12 +289,15 @@ def _discover() -> tuple[dict[str, Method], dict[str, set]]:
             where[name] = Path(module.__file__)
     for path in plugin_files("methods"):
         if path.stem in where:
-            raise ImportError(f"{path}: the method {path.stem} is declared already, by {where[path.stem]}")
+            raise PluginError(f"{path}: the method {path.stem} is declared already, by {where[path.stem]}")
         module = import_plugin("methods", path)
         method = getattr(module, "METHOD", None)
         if not isinstance(method, Method) or method.name != path.stem:
-            raise ImportError(f"{path}: a method file declares METHOD = Method(name={path.stem!r}, ...) "
+            raise PluginError(f"{path}: a method file declares METHOD = Method(name={path.stem!r}, ...) "
                               "(fedsim.methods)")
+        if TUNED_MU in method.options:  # the runs' --mu and folders would take it for the proximal term
+            raise PluginError(f"{path}: an option named {TUNED_MU!r} is the proximal term's (Method.mu); "
+                              "name the option otherwise")
         found.append(method)
         uses[method.name] = {method.name} | {n for n, m in modules.items()
                                              if any(v is m for v in vars(module).values())}

@@ -49,7 +49,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..specs import FILE_KINDS, MODELS_DIR, ModelSpec, import_plugin, model_files
+from ..specs import FILE_KINDS, MODELS_DIR, ModelSpec, PluginError, import_plugin, model_files
 
 EVAL_FLOATS = 1 << 22   # activations per evaluation chunk (16 MiB in float32): small enough to stay near the
                         # cache, where a CNN's forward runs far faster than over one chunk of every row
@@ -238,7 +238,7 @@ def _discover() -> dict[str, type]:
             module = import_plugin("models", path)
         model = module.MODEL
         if model.name != path.stem:
-            raise ImportError(f"{path} declares a model named {model.name!r}: name it {path.stem!r}")
+            raise PluginError(f"{path} declares a model named {model.name!r}: name it {path.stem!r}")
         found[model.name] = model
     return found
 
