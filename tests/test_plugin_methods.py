@@ -115,6 +115,29 @@ def test_a_broken_plugin_file_is_named_in_one_line(tmp_path):
     assert code == 2 and out.strip().splitlines() == [line], out
 
 
+@pytest.mark.parametrize("returned, said", [("average[:-1]", "shape (60, 10)"), ("average.double()", "torch.float64"),
+                                             ("average.numpy()", "returned ndarray")])
+def test_a_server_update_returning_no_model_is_named_in_one_line(tmp_path, returned, said):
+    """A wrong shape trained on silently on the compiled kernel; another dtype or an array failed deep in
+    numba or torch. Now one line naming the plugin's file, on every engine."""
+    (tmp_path / "methods").mkdir()
+    method = tmp_path / "methods" / f"{NAME}.py"
+    step = 'return ctx.params + ctx.options["scale"] * (average - ctx.params), state'
+    method.write_text(documented().replace(step, f"return {returned}, state"))
+    env = plugin_env(tmp_path)
+    data = tmp_path / "s.h5"
+    assert run(env, "-m", "fedsim", "generate-synthetic", "--name", "s", "--devices", "4", "--out", str(data))[0] == 0
+    for engine in ("auto", "batched"):
+        code, out = run(env, "-m", "fedsim", "train", "--data", str(data), "--method", NAME, "--rounds", "2",
+                        "--clients-per-round", "2", "--engine", engine, "--metrics", str(tmp_path / "m.csv"),
+                        "--info", str(tmp_path / "r.json"))
+        *started, line = out.strip().splitlines()  # the progress line, then the error's
+        assert code == 2 and len(started) <= 1 and "Traceback" not in out, out
+        assert line.startswith(f"fedsim train: error: {method}: server_update returned") and said in line, out
+        assert "shape (61, 10)" in line, out
+        assert not (tmp_path / "m.csv").exists()
+
+
 def test_a_name_taken_is_refused_in_one_line_naming_both_files(tmp_path):
     for folder, name in ((tmp_path / "a", "fedprox"), (tmp_path / "b", NAME)):
         (folder / "methods").mkdir(parents=True)

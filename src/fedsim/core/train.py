@@ -54,7 +54,7 @@ from .machine import environment, flushing, subnormals
 from .engine import (ACCELERATORS, ENGINES, Clients, SGDSettings, accelerator_for, device_grads, local_samples,
                      local_steps)
 from .loading import RunData, compute_device, torch_threads
-from ..methods import ENTRIES, RoundContext, get_method, traffic, variant_of
+from ..methods import ENTRIES, RoundContext, get_method, server_step, traffic, variant_of
 from .metrics import COLUMNS, evaluate
 from .. import models
 from .records import COUNT_COLUMNS, read_run, write_run  # noqa: F401 (the run's files; fedsim.core.train.read_run as before)
@@ -255,7 +255,7 @@ def _train(config: RunConfig, data: RunData, on_round, on_resume, checkpoint, st
                                                run.counts, clock)
         if config.theory:
             run.add_theory(data, problem, local_models, devices.train, solvers)
-        run.params, method_state = method.server_update(ctx, method_state, local_models)
+        run.params, method_state = server_step(method, ctx, method_state, local_models)
         run.end_round(method, ctx, method_state, solvers, config.epochs)
     return run.rows, None, (start or None), True
 

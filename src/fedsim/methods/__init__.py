@@ -213,6 +213,23 @@ def average_models(ctx: RoundContext, state: dict, local_models: torch.Tensor):
     return weighted_average(local_models, ctx.weights(ctx.solvers)), state
 
 
+def server_step(method: "Method", ctx: RoundContext, state: dict, local_models):
+    """The method's server rule, its model checked: a tensor as the global model is (a wrong shape would
+    train on silently in the compiled kernel, which takes the array it is given), or one line naming the
+    method's file."""
+    params, state = method.server_update(ctx, state, local_models)
+    model = ctx.params
+    if type(params) is not type(model) or (params.shape, params.dtype, params.device) != \
+            (model.shape, model.dtype, model.device):
+        where = PLUGIN_METHOD_FILES.get(method.name, f"fedsim/methods/{method.name}.py")
+        got = ", ".join(f"{part} {tuple(value) if part == 'shape' else value}" for part in ("shape", "dtype", "device")
+                        if (value := getattr(params, part, None)) is not None)
+        raise ValueError(f"{where}: server_update returned {type(params).__name__} ({got or 'no array'}), not "
+                         f"{type(model).__name__} of the global model's shape {tuple(model.shape)}, dtype {model.dtype} "
+                         f"and device {model.device}")
+    return params, state
+
+
 def traffic(method: "Method", ctx: RoundContext) -> tuple[int, int]:
     """(vectors down, vectors up) of one round, each model-sized vector to or from one device counted
     once. A solver receives `method.down` vectors and sends `method.up`; where full gradients come
