@@ -138,6 +138,18 @@ def test_a_server_update_returning_no_model_is_named_in_one_line(tmp_path, retur
         assert not (tmp_path / "m.csv").exists()
 
 
+def test_a_plugin_folder_that_is_none_is_named(tmp_path):
+    """A misspelt folder, or the methods/ folder itself: its methods were missed without a word, and their
+    runs refused as of unknown methods."""
+    (tmp_path / "methods").mkdir()
+    (tmp_path / "methods" / f"{NAME}.py").write_text(documented())
+    assert one_line(plugin_env(tmp_path / "mehtods")) == \
+        f"fedsim: error: FEDSIM_PLUGINS names {tmp_path / 'mehtods'}, which is not a folder"
+    line = one_line(plugin_env(tmp_path / "methods"))
+    assert line.endswith(f"names {tmp_path / 'methods'}, which holds no methods, models, kinds folder: name the "
+                         "folder that holds them"), line
+
+
 def test_a_name_taken_is_refused_in_one_line_naming_both_files(tmp_path):
     for folder, name in ((tmp_path / "a", "fedprox"), (tmp_path / "b", NAME)):
         (folder / "methods").mkdir(parents=True)

@@ -190,11 +190,22 @@ def _read_spec(path: Path) -> ModelSpec | None:
     return None
 
 
+PLUGIN_PARTS = ("methods", "models", "kinds")  # what a plugin folder holds, a folder each
+
+
 def plugin_dirs(part: str) -> list[Path]:
-    """The `part` folder (models, kinds) of each folder FEDSIM_PLUGINS names (os.pathsep-separated),
-    where it has one: a user's own models and data kinds, found beside fedsim's."""
-    folders = (Path(d) / part for d in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if d)
-    return [folder for folder in folders if folder.is_dir()]
+    """The `part` folder (methods, models, kinds) of each folder FEDSIM_PLUGINS names (os.pathsep-separated),
+    where it has one: a user's own methods, models and data kinds, found beside fedsim's. A named folder
+    that is none, or holds none of PLUGIN_PARTS (the methods/ folder itself, say), is a PluginError: its
+    files would be missed without a word, and a run of them refused as of an unknown name."""
+    folders = [Path(d) for d in os.environ.get(PLUGINS_ENV, "").split(os.pathsep) if d]
+    for folder in folders:
+        if not folder.is_dir():
+            raise PluginError(f"{PLUGINS_ENV} names {folder}, which is not a folder")
+        if not any((folder / each).is_dir() for each in PLUGIN_PARTS):
+            raise PluginError(f"{PLUGINS_ENV} names {folder}, which holds no {', '.join(PLUGIN_PARTS)} folder: name "
+                              "the folder that holds them")
+    return [folder / part for folder in folders if (folder / part).is_dir()]
 
 
 def plugin_files(part: str) -> list[Path]:
