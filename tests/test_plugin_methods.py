@@ -3,6 +3,7 @@ CLI, the config's schema, tuning and the figures with no edit of fedsim, and an 
 its runs only: the file of docs/methods.md, "Your own method, outside fedsim", read from the page."""
 
 import csv
+import json
 import os
 import re
 import subprocess
@@ -148,6 +149,26 @@ def test_a_plugin_folder_that_is_none_is_named(tmp_path):
     line = one_line(plugin_env(tmp_path / "methods"))
     assert line.endswith(f"names {tmp_path / 'methods'}, which holds no methods, models, kinds folder: name the "
                          "folder that holds them"), line
+
+
+def test_a_runs_record_names_its_plugins_version_by_content(tmp_path):
+    """run.json's code_sha256: another version of the plugin file is other code; the same file in another
+    folder is the same code."""
+    data = tmp_path / "s.h5"
+    texts = {"a": documented(), "b": documented(), "c": documented() + "\n# edited\n"}
+    digests = {}
+    for folder, text in texts.items():
+        (tmp_path / folder / "methods").mkdir(parents=True)
+        (tmp_path / folder / "methods" / f"{NAME}.py").write_text(text)
+        env = plugin_env(tmp_path / folder)
+        if not data.exists():
+            assert run(env, "-m", "fedsim", "generate-synthetic", "--name", "s", "--devices", "4", "--out", str(data))[0] == 0
+        code, out = run(env, "-m", "fedsim", "train", "--data", str(data), "--method", NAME, "--rounds", "1",
+                        "--clients-per-round", "2", "--metrics", str(tmp_path / f"{folder}.csv"),
+                        "--info", str(tmp_path / f"{folder}.json"))
+        assert code == 0, out
+        digests[folder] = json.loads((tmp_path / f"{folder}.json").read_text())["code_sha256"]
+    assert digests["a"] == digests["b"] != digests["c"] and len(digests["a"]) == 64
 
 
 def test_a_name_taken_is_refused_in_one_line_naming_both_files(tmp_path):

@@ -282,10 +282,21 @@ def serve(path: Path, idle_seconds: float) -> None:
         compiles = _Compiles()
         for name in PRELOAD:
             __import__(name)
+        _digest_code()
         _accept_jobs(listener, lock, idle_seconds, compiles)
     finally:
         path.unlink(missing_ok=True)
         listener.close()
+
+
+def _digest_code() -> None:
+    """Every method's code digest (a run's record and checkpoint hold it: fedsim.core.sources), once here
+    and not in each job: a file's edit gives another server (server_key), so they stay this server's code's."""
+    from .core.sources import run_code_digest
+    from .methods import REGISTRY
+
+    for method in REGISTRY:
+        run_code_digest(method)
 
 
 class _Compiles:

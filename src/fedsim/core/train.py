@@ -48,6 +48,7 @@ import torch
 from .. import __version__
 from ..data.arrays import pool_refusal
 from .checkpoint import Checkpoint
+from .sources import run_code_digest
 from ..data.format import FederatedDataset
 from . import authors, shuffle
 from .machine import environment, flushing, subnormals
@@ -171,6 +172,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
         # which mini-batch stream drew the plans: fedsim's (fedsim.core.shuffle) or the authors'
         "shuffle_stream": shuffle.stream_of(config.rng),
         "fedsim_version": __version__,
+        "code_sha256": run_code_digest(config.method),  # its own files: an edited checkout or a plugin's version
         "torch_version": torch.__version__,
         "environment": environment(flushed),  # what else made these bits: libraries, CPU, subnormals
         "result": {
