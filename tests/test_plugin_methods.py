@@ -151,6 +151,18 @@ def test_a_plugin_folder_that_is_none_is_named(tmp_path):
                          "folder that holds them"), line
 
 
+def test_a_plugins_non_finite_step_is_not_blamed_on_the_lr_alone(tmp_path):
+    (tmp_path / "methods").mkdir()
+    method = tmp_path / "methods" / f"{NAME}.py"
+    step = 'return ctx.params + ctx.options["scale"] * (average - ctx.params), state'
+    method.write_text(documented().replace(step, 'return average * float("nan"), state'))
+    env, data = plugin_env(tmp_path), tmp_path / "s.h5"
+    assert run(env, "-m", "fedsim", "generate-synthetic", "--name", "s", "--devices", "4", "--out", str(data))[0] == 0
+    code, out = run(env, "-m", "fedsim", "train", "--data", str(data), "--method", NAME, "--rounds", "2",
+                    "--clients-per-round", "2", "--metrics", str(tmp_path / "m.csv"), "--info", str(tmp_path / "r.json"))
+    assert code == 0 and f"diverged at round 1 (the lr, 0.01, may be too large, or {method} may compute" in out, out
+
+
 def test_a_runs_record_names_its_plugins_version_by_content(tmp_path):
     """run.json's code_sha256: another version of the plugin file is other code; the same file in another
     folder is the same code."""

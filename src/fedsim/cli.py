@@ -219,14 +219,17 @@ def _train(args) -> None:
     if checkpoint is not None:
         checkpoint.remove()  # only now: the outputs it stood in for are complete
     result = record["result"]
-    status = run_status(result, record["config"]["lr"])
+    status = run_status(result, record["config"]["lr"], record["config"]["method"])
     print(f"{variant_of(record['config'])} {describe_setting(record['config'])} on {record['dataset']['name']}: {status}, "
           f"final train loss {result['final_train_loss']:.4f}, {result['wall_seconds']:.1f} s")
 
 
-def run_status(result: dict, lr: float) -> str:
+def run_status(result: dict, lr: float, method: str = "") -> str:
     """How a run ended, for the CLI's last line: a non-finite loss at round 0 (before any training) is the
-    data's or the initial model's, not the method's (fedsim.core.train.DIVERGED_REASONS)."""
+    data's or the initial model's, not the method's (fedsim.core.train.DIVERGED_REASONS); a later one may
+    be the lr's, or a user's own method's code (its server step, say)."""
+    from .methods import PLUGIN_METHOD_FILES
+
     reason = result.get("diverged_reason")
     if result["diverged_round"] is None:
         return "done"
@@ -235,7 +238,8 @@ def run_status(result: dict, lr: float) -> str:
                 "initial model) hold a non-finite value, not the method")
     if reason == "initial_model":
         return "not trained: the initial model's weights are not finite (its init file), not the method"
-    return f"diverged at round {result['diverged_round']} (the lr, {lr:g}, may be too large)"
+    own = f", or {PLUGIN_METHOD_FILES[method]} may compute a non-finite value" if method in PLUGIN_METHOD_FILES else ""
+    return f"diverged at round {result['diverged_round']} (the lr, {lr:g}, may be too large{own})"
 
 
 def _kept(checkpoint, stopped) -> str:
