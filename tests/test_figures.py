@@ -85,6 +85,7 @@ def test_a_generated_set_unlike_the_papers_says_how_in_its_title():
     assert title() == "Synthetic (1,1)"
     assert title(num_devices=1000, seed=3) == "Synthetic (1,1), 1000 devices, seed 3"
     assert title(iid=True, num_features=100, num_classes=5) == "Synthetic IID, 100 features, 5 classes"
+    assert title(train_fraction=0.8) == "Synthetic (1,1), train fraction 0.8"
 
 
 def test_a_round_axis_has_whole_rounds_only(tmp_path, drawn):

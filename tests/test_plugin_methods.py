@@ -101,7 +101,8 @@ def one_line(env):
 
 def test_a_broken_plugin_file_is_named_in_one_line(tmp_path):
     """A syntax error, an exception at import, an option named mu (the proximal term's): one line naming
-    the file and what is wrong, from `fedsim` and from the warm launcher the workflow's jobs run."""
+    the file and what is wrong, from `fedsim` and from the warm launcher's cold path (which its jobs take
+    where no server could start: one importing the broken file cannot)."""
     (tmp_path / "methods").mkdir()
     method = tmp_path / "methods" / f"{NAME}.py"
     broken = documented().replace("def server_update(", "def server_update((")
@@ -137,6 +138,21 @@ def test_a_server_update_returning_no_model_is_named_in_one_line(tmp_path, retur
         assert line.startswith(f"fedsim train: error: {method}: server_update returned") and said in line, out
         assert "shape (61, 10)" in line, out
         assert not (tmp_path / "m.csv").exists()
+
+
+def test_a_broken_plugin_model_or_method_is_one_line_from_train_and_from_the_workflow(tmp_path):
+    """`fedsim train` imports the models' registry after its parser; the workflow imports the registries as
+    it parses: either way the broken file is named in one line, not in a traceback."""
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "mine.py").write_text("raise KeyError('width')\n")
+    model = tmp_path / "models" / "mine.py"
+    code, out = run(plugin_env(tmp_path), "-m", "fedsim", "train", "--data", "s.h5", "--method", "fedavg")
+    assert code == 2 and len(out.strip().splitlines()) == 1 and out.startswith(f"fedsim: error: {model}: "), out
+    workdir = copy_workflow(tmp_path / "wf")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n"], cwd=workdir, env=plugin_env(tmp_path),
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"Plugin error: {model}: "), proc.stderr
 
 
 def test_a_plugin_folder_that_is_none_is_named(tmp_path):

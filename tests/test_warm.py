@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fedsim import warm
-from fedsim.core.stopping import HOLD_FILE_ENV, Stopped
+from fedsim.core.stopping import HOLD_FILE_ENV
 from fedsim.specs import PLUGINS_ENV
 
 from helpers.workflow import env as checkout_env
@@ -264,28 +264,3 @@ def test_a_plugin_edit_or_another_plugin_folder_gets_a_new_server(tmp_path, monk
     assert edited != before
     monkeypatch.setenv(PLUGINS_ENV, str(tmp_path / "other"))
     assert warm.server_key() not in (before, edited)
-
-
-def test_a_signal_while_the_job_starts_is_sent_on_once_its_process_is_known(monkeypatch):
-    """The server's child starts the job before the launcher has read the job's process id: a Ctrl-C in
-    between waits for the id and goes to the job, instead of stopping the launcher, whose job would then
-    die with it, no checkpoint written. Before the request, the launcher stops itself; where the job
-    never started, a waiting signal stops it then."""
-    sent = []
-    monkeypatch.setattr(os, "kill", lambda pid, signum: sent.append((pid, signum)))
-    signals = warm._ForwardSignals()
-    with pytest.raises(Stopped):
-        signals._handle(signal.SIGINT, None)
-    signals.requested = True
-    signals._handle(signal.SIGINT, None)
-    assert sent == []
-    signals.started(1234)
-    signals._handle(signal.SIGTERM, None)
-    assert sent == [(1234, signal.SIGINT), (1234, signal.SIGTERM)]
-
-    refused = warm._ForwardSignals()
-    refused.requested = True
-    refused._handle(signal.SIGTERM, None)
-    with pytest.raises(Stopped) as stopped:
-        refused.not_started()
-    assert stopped.value.signum == signal.SIGTERM and not sent[2:]

@@ -7,12 +7,13 @@ from .specs import PluginError
 
 
 def console(argv=None) -> int:
-    try:
+    try:  # (a command may import a registry the CLI's parser does not: the models' of `train`)
         from .cli import main
+
+        return main(argv)
     except PluginError as err:
         print(f"fedsim: error: {err}", file=sys.stderr)
         return 2
-    return main(argv)
 
 
 if __name__ == "__main__":

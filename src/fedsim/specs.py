@@ -177,16 +177,16 @@ def _read_spec(path: Path) -> ModelSpec | None:
         if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SPEC"]:
             call = node.value
             if not (isinstance(call, ast.Call) and getattr(call.func, "id", None) == "ModelSpec" and not call.args):
-                raise ValueError(f"{path}: SPEC must be ModelSpec(name=..., ...) with keyword arguments")
+                raise PluginError(f"{path}: SPEC must be ModelSpec(name=..., ...) with keyword arguments")
             try:
                 declared = {kw.arg: ast.literal_eval(kw.value) for kw in call.keywords}
             except ValueError:
-                raise ValueError(f"{path}: SPEC's arguments must be literals (the planning reads them without "
+                raise PluginError(f"{path}: SPEC's arguments must be literals (the planning reads them without "
                                  "importing the file)") from None
             try:
                 return ModelSpec(**declared)
             except (TypeError, ValueError) as err:
-                raise ValueError(f"{path}: {err}") from None
+                raise PluginError(f"{path}: {err}") from None
     return None
 
 
@@ -215,9 +215,10 @@ def plugin_files(part: str) -> list[Path]:
             if not path.name.startswith("_")]
 
 
-class PluginError(ImportError):
-    """A file of a user's own (FEDSIM_PLUGINS) that cannot be read as what its folder says it is: every
-    registry is built at import, so the commands turn it into one line naming the file (fedsim.__main__)."""
+class PluginError(ImportError, ValueError):
+    """A file of a user's own (FEDSIM_PLUGINS), or a model's declaration, that cannot be read as what its
+    folder says it is: every registry is built at import, so the commands and the workflow turn it into one
+    line naming the file (fedsim.__main__, workflow/rules/common.smk). A ValueError too: a bad declaration."""
 
 
 def import_plugin(part: str, path: Path):
@@ -257,11 +258,11 @@ def _specs(paths: tuple[Path, ...]) -> dict[str, ModelSpec]:
     for path in paths:
         spec = _read_spec(path)
         if spec is None:
-            raise ValueError(f"{path}: a model file declares its SPEC = ModelSpec(...) (fedsim.specs)")
+            raise PluginError(f"{path}: a model file declares its SPEC = ModelSpec(...) (fedsim.specs)")
         if spec.name != path.stem:
-            raise ValueError(f"{path} declares a model named {spec.name!r}: name it {path.stem!r}")
+            raise PluginError(f"{path} declares a model named {spec.name!r}: name it {path.stem!r}")
         if spec.name in found:
-            raise ValueError(f"{path}: the model {spec.name} is declared already, by {where[spec.name]}")
+            raise PluginError(f"{path}: the model {spec.name} is declared already, by {where[spec.name]}")
         found[spec.name], where[spec.name] = spec, path
     return found
 

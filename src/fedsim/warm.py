@@ -127,33 +127,16 @@ def launch(argv: list[str]) -> int:
 
 class _ForwardSignals(StopSignals):
     """The launcher's STOP_SIGNALS: sent on to the job once it runs in the server's child (`pid`), which
-    stops as a cold `fedsim` would (fedsim.core.stopping) and reports its exit code; before the request
-    is sent, they stop the launcher at once (Stopped). In between, the job may already run while its
-    process id is on its way: they wait in `pending` for `started` (sent on) or `not_started` (Stopped)."""
+    stops as a cold `fedsim` would (fedsim.core.stopping) and reports its exit code; before that, they stop
+    the launcher at once (Stopped). (In the moment between the child's start and its process id read here,
+    the job goes with its launcher, having trained nothing worth a checkpoint: queueing the signal instead
+    would hold a Ctrl-C for the whole of a new server's imports.)"""
 
-    def __init__(self):
-        super().__init__()
-        self.pid, self.requested, self.pending = None, False, []
+    pid = None
 
     def _handle(self, signum: int, frame) -> None:
-        if self.pid is not None:
-            self._send(signum)
-        elif self.requested:
-            self.pending.append(signum)
-        else:
+        if self.pid is None:
             raise Stopped(signum)
-
-    def started(self, pid: int) -> None:
-        self.pid = pid
-        while self.pending:
-            self._send(self.pending.pop(0))
-
-    def not_started(self) -> None:
-        self.requested = False
-        if self.pending:
-            raise Stopped(self.pending[0])
-
-    def _send(self, signum: int) -> None:
         try:
             os.kill(self.pid, signum)
         except ProcessLookupError:  # the job has just ended: its exit code is on its way
@@ -166,18 +149,16 @@ def _launch(argv: list[str], signals: _ForwardSignals) -> int:
         return _run_cold(argv)
     try:
         conn = _connect(socket_path(server_key()))
-        signals.requested = True  # from now on the job may be running
         _send_request(conn, argv)
         reply = _recv_exact(conn, 1 + HEADER.size)  # b"S" and the job's process id
         started = reply[:1] == b"S"
     except OSError:
         started = False
     if not started:
-        signals.not_started()
         return _run_cold(argv)
     # From here on the job runs in the server's child: wait for its exit code, sending it the signals
     # this process gets. If this process is killed, the socket closes and the child stops too.
-    signals.started(HEADER.unpack(reply[1:])[0])
+    signals.pid = HEADER.unpack(reply[1:])[0]
     reply = _recv_exact(conn, HEADER.size)
     if not reply:
         print("fedsim.warm: the job's process ended without an exit code (killed by a signal?)", file=sys.stderr)

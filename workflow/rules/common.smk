@@ -18,21 +18,21 @@ from pathlib import Path
 
 # fedsim's registry, its runs table and config checks import no torch: cheap enough for every
 # snakemake call (this checkout's src/ where there is one: the Snakefile puts it first).
-try:  # the data kinds, a plugin's among them: a kind file's mistake in one line
+from fedsim.specs import PluginError  # noqa: E402
+
+try:  # the registries of kinds, methods and models, a plugin's files among them: its mistake in one line
     from fedsim import kinds as _kinds  # noqa: E402
-except ImportError as err:
-    if type(err).__name__ != "KindFileError":
-        raise
-    sys.exit(f"Kind error: {err}")
-from fedsim.data import atomic  # noqa: E402
-from fedsim.planning import captions, cost, experiments, jobs, kinds  # noqa: E402
-from fedsim.planning.configcheck import (check_config, check_partition_pools, command_line_types,  # noqa: E402
-                               load_schema, pool_samples, target_read_as_config)
-from fedsim.planning.experiments import ConfigError  # noqa: E402
-from fedsim.kinds import BUILT_KINDS, KINDS  # noqa: E402
-from fedsim.planning.progress import PROGRESS_ENV  # noqa: E402
-from fedsim.methods import ENTRIES  # noqa: E402
-from fedsim.outputs.styles import METRICS  # noqa: E402
+    from fedsim.data import atomic  # noqa: E402
+    from fedsim.planning import captions, cost, experiments, jobs, kinds  # noqa: E402
+    from fedsim.planning.configcheck import (check_config, check_partition_pools, command_line_types,  # noqa: E402
+                                   load_schema, pool_samples, target_read_as_config)
+    from fedsim.planning.experiments import ConfigError  # noqa: E402
+    from fedsim.kinds import BUILT_KINDS, KINDS  # noqa: E402
+    from fedsim.planning.progress import PROGRESS_ENV  # noqa: E402
+    from fedsim.methods import ENTRIES  # noqa: E402
+    from fedsim.outputs.styles import METRICS  # noqa: E402
+except PluginError as err:
+    sys.exit(f"{'Kind' if type(err).__name__ == 'KindFileError' else 'Plugin'} error: {err}")
 
 try:
     SCHEMA = load_schema(Path(workflow.basedir, "workflow", "schemas", "config.schema.yaml"))

@@ -138,6 +138,7 @@ def run(config: RunConfig, on_round=None, checkpoint: Checkpoint | None = None,
     """
     config.validate()
     check_machine(config)
+    run_code_digest(config.method)  # now, of the code about to run: the record and checkpoint say which it was
     started = time.perf_counter()
     with torch_threads(1), subnormals(not config.keep_subnormals), FederatedDataset(config.data) as dataset:
         flushed = flushing()

@@ -51,7 +51,8 @@ SYMBOLS = {"mu": "μ", "alpha": "α", "lambda": "λ", "server_lr": "η_s", "eps"
 
 # A generated set's provenance keys, the generator's setting each holds, and how a title says it
 _SCALE = (("num_devices", "devices", "{} devices"), ("num_features", "features", "{} features"),
-          ("num_classes", "classes", "{} classes"), ("seed", "seed", "seed {}"))
+          ("num_classes", "classes", "{} classes"), ("seed", "seed", "seed {}"),
+          ("train_fraction", "train_fraction", "train fraction {}"))
 
 
 def dataset_title(record: dict) -> str:

@@ -31,7 +31,8 @@ def read_findings(path) -> pd.DataFrame:
 def render(findings: pd.DataFrame, source: str, commit: str, config: str) -> str:
     """The tables of one findings file (`source`: its path as the docs cite it)."""
     lines = [f"Rendered by `python -m fedsim tables` from `{source}` (commit {commit}; config: {config}).", ""]
-    across_k = bool(findings["across_k"].any()) if "across_k" in findings else False
+    # (findings written before `across_k` were rendered a table per dataset whatever their panels)
+    across_k = bool(findings["across_k"].any()) if "across_k" in findings else True
     columns = [c for c in PANEL if not (across_k and c == "clients_per_round")]
     for key, panel in findings.groupby(columns, sort=False):
         lines += [panel_heading(dict(zip(columns, key)), panel), "", *table(panel), ""]
