@@ -248,7 +248,7 @@ def test_only_the_femnist_panels_of_the_paper(tmp_path):
     plan_code, plan_out = snakemake(work, f"{folder}/summary/planned_runs.csv", "--cores", "1", *selection)
     assert plan_code == 0, plan_out[-3000:]
     plan = read_csv(work / folder / "summary/planned_runs.csv")
-    assert {(r["experiment"], r["dataset"], r["K"]) for r in plan} == {("figure1", "femnist", "10"),
+    assert {(r["experiment"], r["dataset"], r["clients_per_round"]) for r in plan} == {("figure1", "femnist", "10"),
                                                                      ("figure3", "femnist", "100")}
     counts = job_counts(out)
     assert counts["download"] == 1 and not {"sent140", "shakespeare"} & built_datasets(out)

@@ -116,7 +116,8 @@ def planned_runs_csv(cfg, plan, run_dir) -> str:
         **{key: cfg["simulator"][key] for key in ("selection", "second_subset", "rng", "init")},
         run=[run_dir(run) if run.value != "tuned" else "" for run in runs],
     )
-    return table.rename(columns={"value": "mu"}).to_csv(index=False)  # runs.csv's name of the run setting
+    # runs.csv's names: the run setting's value is `mu`, K and E are clients_per_round and epochs
+    return table.rename(columns={"value": "mu", "K": "clients_per_round", "E": "epochs"}).to_csv(index=False)
 
 
 def train_args(cfg, run: RunSpec) -> str:
