@@ -220,6 +220,15 @@ def disk_blocks() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_inblock
 
 
+def percent(part: float, whole: float) -> str:
+    """part as a share of whole; a whole too short to time (a small dataset read in no measurable time) says so."""
+    return f"{100 * part / whole:.0f} %" if whole > 0 else "- % (too short to time)"
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.1f}x" if b > 0 else "- (too short to time)"
+
+
 def report(m: dict, label: str, raw_chunks: bool) -> None:
     share = m["waiting"] / m["round"]
     print(f"{label}seconds per round   {m['round']:7.2f}   (mean of rounds 3-{len(m['rounds'])}; all: "
@@ -231,7 +240,7 @@ def report(m: dict, label: str, raw_chunks: bool) -> None:
     print(f"    file            {m['file']:7.3f}   FederatedDataset.load: "
           f"{'raw checksummed chunks' if raw_chunks else 'through h5py (HDF5 checks the checksums)'}")
     if raw_chunks:
-        print(f"      checksums     {m['checksums']:7.3f}   = {100 * m['checksums'] / m['reading']:.0f} % of the reading: "
+        print(f"      checksums     {m['checksums']:7.3f}   = {percent(m['checksums'], m['reading'])} of the reading: "
               f"Fletcher-32 over the {m['chunk_bytes'] / 1e6:.0f} MB of whole chunks a round fetches "
               f"(fetching them: {m['replay_fetch']:.3f} s; both replayed after the run)")
     print(f"    model inputs    {m['reading'] - m['file']:7.3f}   the rest of loading.RunData.load (the input "
@@ -297,8 +306,8 @@ def main() -> None:
             raise SystemExit("the two read paths gave different metrics")
         report(before, "[h5py reads] ", raw_chunks=False)
         report(m, "[raw chunks] ", raw_chunks=True)
-        print(f"same metrics, bit for bit; reading: h5py / raw chunks = {before['reading'] / m['reading']:.1f}x, "
-              f"file read alone {before['file'] / m['file']:.1f}x (same process, back to back)")
+        print(f"same metrics, bit for bit; reading: h5py / raw chunks = {ratio(before['reading'], m['reading'])}, "
+              f"file read alone {ratio(before['file'], m['file'])} (same process, back to back)")
     else:
         report(m, "", raw_chunks=True)
     print(f"checks at open (once a run): offsets and shapes {checks['layout'] * 1e3:.1f} ms, labels in range "
