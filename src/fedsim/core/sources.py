@@ -93,18 +93,22 @@ def method_entries(method: str) -> tuple[list[str], dict[str, Path]]:
             {m: PLUGIN_METHOD_FILES[m] for m in uses if m in PLUGIN_METHOD_FILES})
 
 
+def model_entries(paths) -> tuple[list[str], list[Path]]:
+    """Model files as fedsim's own modules (dotted names) and the files of a user's own (FEDSIM_PLUGINS)."""
+    ours = [path for path in paths if path.parent.resolve() == MODELS_DIR.resolve()]
+    return [f"models.{path.stem}" for path in ours], [path for path in paths if path not in ours]
+
+
 @cache
 def run_code_digest(method: str) -> str:
     """sha256 of the code a run of `method` executes, as (path in its package or plugin folder, content):
     the round loop and what it imports, the method's modules and every model's (which one trains is the
     dataset file's to say). The same code in another checkout or folder gives the same digest."""
-    entries, plugins = method_entries(method)
-    own = [Path(path).resolve() for path in package_code(PACKAGE_DIR, "core.train", *entries)]
-    models = [path for path in model_files() if path.parent.resolve() != MODELS_DIR.resolve()]
-    own += [Path(path).resolve() for path in package_code(PACKAGE_DIR, *(f"models.{path.stem}" for path in model_files()
-                                                                         if path not in models))]
-    files = sorted({(str(path.relative_to(PACKAGE_DIR)), path) for path in own} |
-                   {(path.name, path) for path in [*plugins.values(), *models]})
+    methods, method_plugins = method_entries(method)
+    models, model_plugins = model_entries(model_files())
+    ours = [Path(path).resolve() for path in package_code(PACKAGE_DIR, "core.train", *methods, *models)]
+    files = sorted({(str(path.relative_to(PACKAGE_DIR)), path) for path in ours} |
+                   {(path.name, path) for path in [*method_plugins.values(), *model_plugins]})
     digest = hashlib.sha256()
     for name, path in files:
         digest.update(f"{name}\0{hashlib.sha256(path.read_bytes()).hexdigest()}\n".encode())

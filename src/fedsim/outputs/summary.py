@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -92,7 +93,8 @@ def panel_order(record: dict) -> tuple:
 
 def dataset_order(runs: pd.DataFrame) -> dict[str, int]:
     """Each dataset of summarise's `runs` -> its place in panel_order (one record read per dataset)."""
-    keys = {row.dataset: panel_order(read_run(row.run)[1]) for row in runs.drop_duplicates("dataset").itertuples()}
+    keys = {row.dataset: panel_order(json.loads(Path(row.run).read_text()))  # run.json alone, not its metrics
+            for row in runs.drop_duplicates("dataset").itertuples()}
     return {name: place for place, name in enumerate(sorted(keys, key=keys.get))}
 
 

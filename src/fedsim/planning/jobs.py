@@ -16,10 +16,10 @@ import shlex
 from pathlib import Path
 
 from ..data import atomic
-from ..specs import FILE_KINDS, MODELS_DIR, model_file
+from ..specs import FILE_KINDS, model_file
 from ..kinds import BUILT_KINDS, KINDS, PLUGIN_KIND_FILES
 from .experiments import RunSpec, specs_of
-from ..core.sources import method_entries, package_code
+from ..core.sources import method_entries, model_entries, package_code
 from .kinds import entry_dissimilarity, resolved_entry, trains_linear_softmax
 from ..methods import ENTRIES, resolve
 
@@ -222,12 +222,9 @@ def model_fingerprint(package_dir, out_dir, model: str | None) -> list[str]:
     user's own (FEDSIM_PLUGINS): its file, wherever it is; None (a JSON import's, which its built file
     decides): each model a file kind defaults to."""
     names = sorted({default for _, default in FILE_KINDS.values()}) if model is None else [model]
-    files = set()
-    for name in names:
-        path = model_file(name)
-        own = path.parent.resolve() == MODELS_DIR.resolve()
-        files.update(package_code(package_dir, f"models.{name}") if own else [str(path)])
-    return file_fingerprint(out_dir, fingerprint_name(*(f"models.{n}" for n in names)), sorted(files)) if files else []
+    ours, plugins = model_entries([model_file(name) for name in names])
+    files = sorted({*package_code(package_dir, *ours), *map(str, plugins)})
+    return file_fingerprint(out_dir, fingerprint_name(*(f"models.{n}" for n in names)), files) if files else []
 
 
 def method_fingerprint(package_dir, out_dir, method: str) -> list[str]:
